@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates ./.venv and installs the project into it (idempotent: re-runs only when pyproject.toml changed).
+# With --ui it also makes sure Debian's chromium is present for the browser tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+want_ui=0
+[[ "${1:-}" == "--ui" ]] && want_ui=1
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.shopsimrl-installed
+digest=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $stamp || "$(cat $stamp)" != "$digest" ]]; then
+  echo "setup: installing shopsimrl and its dependencies into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$digest" > $stamp
+fi
+
+if [[ $want_ui == 1 && ! -x /usr/bin/chromium ]]; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "setup: installing Debian chromium for the UI tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: could not install chromium; UI tests will be skipped"
+  else
+    echo "setup: /usr/bin/chromium missing and apt-get unavailable; UI tests will be skipped"
+  fi
+fi

@@ -1,0 +1,78 @@
+"""shopsimrl_core — the pure runtime library of shopsimrl (no Dagster in here).
+
+Everything an asset of the pipeline computes is a function of this package, callable from the CLI
+and from a notebook. Public names are re-exported here; modules named ``_x.py`` are private.
+
+Names are resolved lazily so that ``import shopsimrl_core`` stays cheap (the CLI's ``plan`` must not
+pay for polars or httpx).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version as _version
+from typing import Any
+
+try:
+    __version__ = _version("shopsimrl")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.0.0+local"
+
+# public name -> private module that defines it
+_EXPORTS: dict[str, str] = {
+    # hashing and versions
+    "canonical_json": "_hashing",
+    "fingerprint": "_hashing",
+    "write_json_atomic": "_hashing",
+    # errors
+    "ShopSimRLError": "_errors",
+    "ConfigError": "_errors",
+    "TestSplitGuardError": "_errors",
+    "FingerprintMismatch": "_errors",
+    "RunLockedError": "_errors",
+    "TraceFormatError": "_errors",
+    "ShopSimulatorError": "_errors",
+    "LeaseError": "_errors",
+    "InferenceError": "_errors",
+    "ProtocolError": "_errors",
+    "SkillError": "_errors",
+    # jobs
+    "EpisodeJob": "_jobs",
+    "plan_jobs": "_jobs",
+    "episode_seed": "_jobs",
+    "episode_id": "_jobs",
+}
+
+
+def _register(module: str, *names: str) -> None:
+    for name in names:
+        _EXPORTS[name] = module
+
+
+# Filled in by each layer's module list (kept here so the public surface is visible in one place).
+_register("_config", "EvalConfig", "load_config")
+_register("_splits", "SplitFile", "TaskSplit", "load_split_file")
+_register("_plan", "EvalPlan", "build_plan")
+_register("_store", "RunStore")
+_register("_evaluator", "run_evaluation", "RunResult")
+_register("_summary", "summarize_run", "build_summary")
+_register("_model", "ChatModelClient", "ModelOutput")
+_register("_environment", "ShopSimulatorClient")
+_register("_prompts", "PromptSet", "load_prompt")
+_register("_skills", "SkillProvider", "NoSkills", "JsonSkillBank", "load_skill_provider", "load_skillbank")
+_register("_episode", "EpisodeSettings", "run_episode")
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shopsimrl_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"shopsimrl_core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

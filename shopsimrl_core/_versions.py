@@ -1,0 +1,59 @@
+"""Every version string and fixed identifier of the on-disk and wire contracts.
+
+These are data, normative byte for byte (runtime spec §1.3). Readers check a record's
+``schema_version`` against these constants first and refuse versions they do not know.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TRACE_SCHEMA",
+    "MANIFEST_SCHEMA",
+    "SUMMARY_SCHEMA",
+    "SKILLBANK_SCHEMA",
+    "SPLIT_SCHEMA",
+    "PIPELINE_VERSION",
+    "ACTION_PROTOCOL",
+    "PROMPT_VERSION",
+    "SKILL_RENDERER_VERSION",
+    "MODEL_PROVIDER",
+    "ENVIRONMENT_ADAPTER",
+    "INTERACTION_MODE",
+    "KNOWN_ENVIRONMENT_VERSIONS",
+    "KNOWN_OBSERVATION_VERSIONS",
+    "REWARD_VERSION",
+    "PAIRED_ESTIMATOR_NAME",
+    "PAIRED_ESTIMATOR_FORMULA",
+    "TEST_ACCESS_LEDGER_SCHEMA",
+    "INVOCATION_SCHEMA",
+    "EPISODE_LABELS_SCHEMA",
+]
+
+TRACE_SCHEMA = "shopsimrl-episode-v4"
+MANIFEST_SCHEMA = "shopsimrl-run-manifest-v1"
+SUMMARY_SCHEMA = "shopsimrl-eval-summary-v2"
+SKILLBANK_SCHEMA = "shopsimrl-skillbank-v1"
+SPLIT_SCHEMA = "shopsimrl-persona-splits-v1"
+PIPELINE_VERSION = "shopsimrl-v0.4"
+
+# The project's own prompt and repair wording carries the legacy version strings only
+# when the legacy texts are loaded; see _prompts.py for how identities are chosen.
+ACTION_PROTOCOL = "openai-function-tools-repair-v3"
+PROMPT_VERSION = "shopsim-shopping-agent-tools-v2"
+SKILL_RENDERER_VERSION = "plain-skill-context-v1"
+
+MODEL_PROVIDER = "openai_compatible_http"
+ENVIRONMENT_ADAPTER = "shopsimulator_http"
+INTERACTION_MODE = "single_turn"
+
+KNOWN_ENVIRONMENT_VERSIONS = frozenset({"shopsimulator-paper-aligned-v8"})
+KNOWN_OBSERVATION_VERSIONS = frozenset({"shopping-observation-v7"})
+REWARD_VERSION = "shopsimulator-paper-reward-v2"
+
+PAIRED_ESTIMATOR_NAME = "paired_delta_ols_main_effects_no_intercept"
+PAIRED_ESTIMATOR_FORMULA = "R_i - B_i = C_i^T beta + epsilon_i"
+
+# Additive files of this project (not in the legacy harness).
+TEST_ACCESS_LEDGER_SCHEMA = "shopsimrl-test-access-v1"
+INVOCATION_SCHEMA = "shopsimrl-invocation-v1"
+EPISODE_LABELS_SCHEMA = "shopsimrl-episode-labels-v1"
