@@ -61,6 +61,14 @@ _register("_environment", "ShopSimulatorClient")
 _register("_prompts", "PromptSet", "load_prompt")
 _register("_skills", "SkillProvider", "NoSkills", "JsonSkillBank", "load_skill_provider", "load_skillbank")
 _register("_episode", "EpisodeSettings", "run_episode")
+_register("_model", "ModelRequestError")
+_register("_trace", "validate_trace", "is_complete")
+_register("_versions", "KNOWN_ENVIRONMENT_VERSIONS", "KNOWN_OBSERVATION_VERSIONS", "TRACE_SCHEMA")  # DAGSTER: health checks
+_register("_stats", "compare_runs", "wilson_interval", "bootstrap_mean_ci", "paired_bootstrap_ci", "pass_at_k", "pass_hat_k")  # CORE-RUN
+_register("_store", "TestAccessLedger")  # CORE-RUN
+_register("_evaluator", "arun_evaluation")  # CORE-RUN
+_register("_progress", "ProgressEvent", "ConsoleProgress")  # CORE-RUN
+_register("_plan", "semantic_projection")  # CORE-RUN
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -27,6 +27,13 @@ __all__ = [
     "TEST_ACCESS_LEDGER_SCHEMA",
     "INVOCATION_SCHEMA",
     "EPISODE_LABELS_SCHEMA",
+    "OWN_PROMPT_VERSION",
+    "OWN_ACTION_PROTOCOL",
+    "OWN_SKILL_RENDERER_VERSION",
+    "OWN_PROMPT_VERSION_EN",
+    "OWN_ACTION_PROTOCOL_EN",
+    "OWN_SKILL_RENDERER_VERSION_EN",
+    "PROMPT_TEXTS_SCHEMA",
 ]
 
 TRACE_SCHEMA = "shopsimrl-episode-v4"
@@ -41,6 +48,18 @@ PIPELINE_VERSION = "shopsimrl-v0.4"
 ACTION_PROTOCOL = "openai-function-tools-repair-v3"
 PROMPT_VERSION = "shopsim-shopping-agent-tools-v2"
 SKILL_RENDERER_VERSION = "plain-skill-context-v1"
+
+# The project's own texts (spec §1.1 rule 5): the built-in system prompt, tool descriptions,
+# repair instruction and skill-block lines are our wording, so they carry our own strings.
+OWN_PROMPT_VERSION = "shopsimrl-shopping-agent-tools-zh-v1"
+OWN_ACTION_PROTOCOL = "shopsimrl-function-tools-repair-zh-v1"
+OWN_SKILL_RENDERER_VERSION = "shopsimrl-skill-context-zh-v1"
+OWN_PROMPT_VERSION_EN = "shopsimrl-shopping-agent-tools-en-v1"
+OWN_ACTION_PROTOCOL_EN = "shopsimrl-function-tools-repair-en-v1"
+OWN_SKILL_RENDERER_VERSION_EN = "shopsimrl-skill-context-en-v1"
+# A JSON file of protocol texts (tool descriptions, repair text, skill lines) plus the version
+# strings they carry; loading a legacy one reproduces legacy identities.
+PROMPT_TEXTS_SCHEMA = "shopsimrl-prompt-texts-v1"
 
 MODEL_PROVIDER = "openai_compatible_http"
 ENVIRONMENT_ADAPTER = "shopsimulator_http"
@@ -57,3 +76,11 @@ PAIRED_ESTIMATOR_FORMULA = "R_i - B_i = C_i^T beta + epsilon_i"
 TEST_ACCESS_LEDGER_SCHEMA = "shopsimrl-test-access-v1"
 INVOCATION_SCHEMA = "shopsimrl-invocation-v1"
 EPISODE_LABELS_SCHEMA = "shopsimrl-episode-labels-v1"
+
+# Skills layer (SKILLS helper): legacy names from spec §1.3 plus this project's additive files.
+SKILL_CANDIDATES_SCHEMA = "shopsimrl-skill-candidates-v1"
+INITIAL_DRAFT_SCHEMA = "shopsimrl-initial-skill-draft-v2"
+GATE_A_MANIFEST_SCHEMA = "shopsimrl-trace2skill-gate-a-v2"
+MASK_ASSIGNMENTS_SCHEMA = "shopsimrl-chunk-mask-assignments-v1"
+CHUNK_CONTRIBUTIONS_SCHEMA = "shopsimrl-chunk-contributions-v2"
+SFT_SCHEMA = "shopsimrl-sft-v1"

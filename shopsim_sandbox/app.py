@@ -1,0 +1,222 @@
+"""The ASGI environment server: `POST /api/shop_agent` and `GET /healthz` (spec §4–§6).
+
+Responses are compact JSON with sorted keys and `\\uXXXX` escapes, like the real server's framework.
+Every status code and error string follows the contract's error catalogue (§5.6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from shopsim_sandbox.catalog import Catalog
+from shopsim_sandbox.episode import Episode, EpisodeOver
+from shopsim_sandbox.faults import FaultConfig, FaultInjector
+from shopsim_sandbox.search import SearchIndex
+from shopsim_sandbox.slots import SlotPool
+from shopsim_sandbox.versions import (
+    DEBUG_UI_PATH, ENVIRONMENT_VERSION, MAX_ACTIONS, OBSERVATION_VERSION, PRIMARY_REWARD, REPLAY_UI_PATH,
+)
+
+_ACTIONS = ("reset", "interact", "terminate", "release_one", "release_all")
+_TERMINATION_REASONS = ("action_limit", "generation_length")
+_MODES_TEXT = "['multi_turn', 'single_turn']"
+
+
+class _Reply(Exception):
+    """Ends request handling with an error answer."""
+
+    def __init__(self, status: int, error: str):
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+def _json_response(payload: dict, status: int = 200) -> Response:
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def _result(status: int = 200, **result: Any) -> Response:
+    return _json_response({"result": result}, status)
+
+
+def _is_json_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_json_content_type(header: str | None) -> bool:
+    mimetype = (header or "").split(";", 1)[0].strip().lower()
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+class ShopEnvironment:
+    """Server state: catalog, search index, slot pool and fault injector."""
+
+    def __init__(self, catalog: Catalog, *, slots: int, latency_ms: float = 0.0, faults: FaultConfig | None = None,
+                 index: SearchIndex | None = None):
+        self.catalog = catalog
+        self.index = index or SearchIndex(catalog.records, set(catalog.products))
+        self.pool = SlotPool(slots)
+        self.latency_ms = float(latency_ms)
+        self.faults = FaultInjector(faults)
+
+    # ----- operations --------------------------------------------------------------------------
+
+    async def reset(self, body: dict) -> Response:
+        if body.get("env_idx") is not None:
+            raise _Reply(400, "reset must not include env_idx; the server assigns a slot")
+        env_idx, lease = await self.pool.acquire()
+        try:
+            payload = self._start(body, env_idx, lease)
+        except _Reply:
+            await self.pool.release(env_idx)
+            raise
+        except Exception:
+            await self.pool.release(env_idx)
+            raise
+        return _result(**payload)
+
+    def _start(self, body: dict, env_idx: int, lease: str) -> dict:
+        idx = body.get("idx")
+        if idx is None:
+            raise _Reply(500, "reset action requires idx parameter")
+        if not _is_json_int(idx):
+            raise _Reply(500, "task idx must be an integer")
+        task = self.catalog.tasks.get(idx)
+        if task is None:
+            raise _Reply(500, f"'unknown or inactive task_id {idx}'")
+        mode = str(body["interaction_mode"]) if "interaction_mode" in body else "single_turn"
+        if mode not in MAX_ACTIONS:
+            raise _Reply(500, f"unsupported interaction_mode {mode!r}; choose one of {_MODES_TEXT}")
+        persona_mode = bool(body.get("if_persona"))
+        episode = Episode(self.catalog, self.index, task, mode, env_idx)
+        self.pool.episodes[env_idx] = episode
+        goal = task.goal
+        observation, state = episode.observation()
+        payload = {
+            "task_instruction": goal["instruction_simple"] if persona_mode and task.has_persona
+            else goal["instruction_text"],
+            "observation": observation,
+            "observation_state": state,
+            "message": f"Task {idx} started",
+            "env_idx": env_idx,
+            "lease_id": lease,
+            "idx": idx,
+            "task_mode": "persona" if persona_mode else "standard",
+            "interaction_mode": mode,
+            "environment_version": ENVIRONMENT_VERSION,
+            "user_persona": dict(task.visible_persona),
+        }
+        if body.get("include_private_goal"):
+            payload["private_task_instruction"] = goal["instruction_text"]
+            payload["goal_options"] = list(goal["goal_options"])
+            payload["reason_key"] = goal["reason_key"]
+        return payload
+
+    def _leased_episode(self, body: dict, op: str) -> tuple[int, Any, Episode]:
+        env_idx = body.get("env_idx")
+        lease = body.get("lease_id")
+        if not _is_json_int(env_idx) or not lease:
+            raise _Reply(400, f"{op} requires a valid env_idx and lease_id")
+        if not self.pool.holds(env_idx, lease):
+            raise _Reply(409, f"stale or invalid lease for environment {env_idx}")
+        return env_idx, lease, self.pool.episodes[env_idx]
+
+    async def interact(self, body: dict) -> Response:
+        env_idx, lease, episode = self._leased_episode(body, "interact")
+        response = body.get("response")
+        if response is None:
+            raise _Reply(500, "interact action requires response parameter")
+        if not isinstance(response, str):
+            raise _Reply(500, f"'{type(response).__name__}' object has no attribute 'replace'")
+        try:
+            result = episode.step(response)
+        except EpisodeOver as exc:
+            raise _Reply(500, str(exc)) from None
+        result["lease_id"] = self.pool.leases[env_idx]
+        return _result(**result)
+
+    async def terminate(self, body: dict) -> Response:
+        env_idx, lease, episode = self._leased_episode(body, "terminate")
+        reason = body["termination_reason"] if "termination_reason" in body else "action_limit"
+        if not (isinstance(reason, str) and reason in _TERMINATION_REASONS):
+            raise _Reply(500, f"unsupported termination reason: {reason}")
+        try:
+            result = episode.terminate(reason)
+        except EpisodeOver as exc:
+            raise _Reply(500, str(exc)) from None
+        result["lease_id"] = self.pool.leases[env_idx]
+        return _result(**result)
+
+    async def release_one(self, body: dict) -> Response:
+        env_idx, _lease, _episode = self._leased_episode(body, "release_one")
+        await self.pool.release(env_idx)
+        return _result(message=f"Environment {env_idx} has been released")
+
+    async def release_all(self, body: dict) -> Response:
+        await self.pool.release_all()
+        return _result(message="All environments have been initialized")
+
+    # ----- HTTP ----------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        raw = await request.body()
+        decision = self.faults.decide("shop_agent:" + hashlib.sha256(raw).hexdigest())
+        delay = self.latency_ms + decision.delay_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        if decision.status is not None:
+            return _result(decision.status, error=f"injected fault: HTTP {decision.status}")
+        body: Any = None
+        if _is_json_content_type(request.headers.get("content-type")):
+            try:
+                body = json.loads(raw) if raw else None
+            except (ValueError, UnicodeDecodeError):
+                body = None
+        if body is None:
+            return _result(error="No JSON data provided")
+        if not isinstance(body, dict):
+            # Outside the contract: the real server fails with a non-JSON 500 page.
+            return Response("Internal Server Error", status_code=500, media_type="text/plain")
+        action = body.get("action")
+        try:
+            if not (isinstance(action, str) and action in _ACTIONS):
+                raise _Reply(400, f"unsupported action: {action!r}")
+            return await getattr(self, action)(body)
+        except _Reply as reply:
+            return _result(reply.status, error=reply.error)
+        except Exception as exc:  # the contract's catch-all: 500 with the exception text
+            return _result(500, error=str(exc))
+
+    async def healthz(self, request: Request) -> Response:
+        return _json_response({
+            "debug_ui": DEBUG_UI_PATH,
+            "environment_slots": self.pool.size,
+            "environment_version": ENVIRONMENT_VERSION,
+            "free_slots": self.pool.free_count,
+            "observation_version": OBSERVATION_VERSION,
+            "primary_reward": PRIMARY_REWARD,
+            "ready": True,
+            "replay_ui": REPLAY_UI_PATH,
+            "tasks": self.catalog.active_task_count,
+        })
+
+
+def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults: FaultConfig | None = None,
+                  index: SearchIndex | None = None) -> Starlette:
+    """Build the environment ASGI app over `catalog` with `slots` slots (all knobs off by default)."""
+    env = ShopEnvironment(catalog, slots=slots, latency_ms=latency_ms, faults=faults, index=index)
+    app = Starlette(routes=[
+        Route("/api/shop_agent", env.handle, methods=["POST"]),
+        Route("/healthz", env.healthz, methods=["GET"]),
+    ])
+    app.state.environment = env
+    return app

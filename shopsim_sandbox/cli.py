@@ -1,0 +1,166 @@
+"""`shopsim-sandbox`: serve the sandbox environment (+ baseline policy) or write a synthetic catalog.
+
+    shopsim-sandbox serve [--port 5700] [--policy-port 5800] [--slots N] [--catalog-size N] [--seed S]
+                          [--catalog FILE|example] [--no-policy] [--env-latency-ms MS] [fault flags]
+    shopsim-sandbox catalog --out DIR [--size N] [--seed S]
+
+`--port`/`--slots` default to the env vars SHOPSIM_PORT (5700) and SHOPSIM_ENV_SLOTS (20), like the
+real server. The policy runs in the same process on its own port (`--policy-port`, default 5800).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from shopsim_sandbox.catalog import EXAMPLE_CATALOG_PATH, Catalog, CatalogError, load_catalog, load_records
+from shopsim_sandbox.faults import add_fault_arguments, fault_config_from_args
+from shopsim_sandbox.synthetic import (
+    DEFAULT_CATALOG_SIZE, DEFAULT_SEED, build_split_file, catalog_json, generate_catalog, split_file_json,
+)
+from shopsim_sandbox.versions import DEFAULT_PORT, DEFAULT_SLOTS
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"shopsim-sandbox: environment variable {name}={raw!r} is not an integer; unset it or set a number")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_catalog(out: Path, size: int, seed: int) -> tuple[Path, Path]:
+    """Generate the synthetic catalog and write `catalog.json` + `persona_splits.json` into `out`."""
+    records = generate_catalog(size, seed)
+    catalog_path, split_path = out / "catalog.json", out / "persona_splits.json"
+    _write_atomic(catalog_path, catalog_json(records))
+    _write_atomic(split_path, split_file_json(build_split_file(records, seed)))
+    return catalog_path, split_path
+
+
+def _load_served_catalog(args: argparse.Namespace) -> Catalog:
+    if args.catalog == "example":
+        return load_catalog(EXAMPLE_CATALOG_PATH)
+    if args.catalog:
+        return load_catalog(args.catalog)
+    return load_records(generate_catalog(args.catalog_size, args.seed), source=f"synthetic(size={args.catalog_size}, seed={args.seed})")
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    # proto must be IPPROTO_TCP: asyncio only sets TCP_NODELAY on accepted sockets of that proto, and
+    # without it every response pays a ~40 ms Nagle/delayed-ACK stall (headers and body are two writes).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from shopsim_sandbox.app import build_env_app
+
+    env_faults = fault_config_from_args(args, "env")
+    policy_faults = fault_config_from_args(args, "policy")
+    catalog = _load_served_catalog(args)
+    env_app = build_env_app(catalog, slots=args.slots, faults=env_faults)
+    servers = []
+    sockets = {}
+    env_sock = _bound_socket(args.host, args.port)
+    sockets["env_port"] = env_sock.getsockname()[1]
+    servers.append((uvicorn.Server(uvicorn.Config(env_app, log_level=args.log_level, access_log=False,
+                                                  lifespan="off")), env_sock))
+    if not args.no_policy:
+        from shopsim_sandbox.policy import build_policy_app
+
+        policy_app = build_policy_app(seed=args.seed, faults=policy_faults)  # faults carry latency_ms
+        policy_sock = _bound_socket(args.host, args.policy_port)
+        sockets["policy_port"] = policy_sock.getsockname()[1]
+        servers.append((uvicorn.Server(uvicorn.Config(policy_app, log_level=args.log_level, access_log=False,
+                                                      lifespan="off")), policy_sock))
+    print(f"shopsim-sandbox: {catalog.active_task_count} tasks, {args.slots} slots, "
+          f"env on http://{args.host}:{sockets['env_port']}"
+          + (f", policy on http://{args.host}:{sockets['policy_port']}/v1" if "policy_port" in sockets else ""),
+          file=sys.stderr, flush=True)
+    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+    if args.ready_file:
+        while not all(server.started for server, _ in servers):
+            if any(t.done() for t in tasks):
+                break
+            await asyncio.sleep(0.01)
+        _write_atomic(Path(args.ready_file), json.dumps(sockets))
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for server, _ in servers:
+        server.should_exit = True
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shopsim-sandbox", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the environment (and the baseline policy)")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=_env_int("SHOPSIM_PORT", DEFAULT_PORT),
+                       help="environment port (env SHOPSIM_PORT, default 5700; 0 = any free port)")
+    serve.add_argument("--policy-port", type=int, default=5800, help="policy port (default 5800; 0 = any free port)")
+    serve.add_argument("--slots", type=int, default=_env_int("SHOPSIM_ENV_SLOTS", DEFAULT_SLOTS),
+                       help="number of environment slots (env SHOPSIM_ENV_SLOTS, default 20)")
+    serve.add_argument("--catalog-size", type=int, default=DEFAULT_CATALOG_SIZE,
+                       help=f"synthetic catalog size (default {DEFAULT_CATALOG_SIZE})")
+    serve.add_argument("--seed", type=int, default=DEFAULT_SEED, help="catalog and policy seed (default 0)")
+    serve.add_argument("--catalog", default=None,
+                       help="serve this catalog JSON file instead of a synthetic one ('example' = spec §19.1)")
+    serve.add_argument("--no-policy", action="store_true", help="do not start the baseline policy")
+    serve.add_argument("--ready-file", default=None, help="write the bound ports as JSON here once serving")
+    serve.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    add_fault_arguments(serve)
+    catalog = sub.add_parser("catalog", help="write a synthetic catalog and its persona split file")
+    catalog.add_argument("--out", required=True, type=Path, help="output directory")
+    catalog.add_argument("--size", type=int, default=DEFAULT_CATALOG_SIZE, help=f"products (default {DEFAULT_CATALOG_SIZE})")
+    catalog.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed (default 0)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `shopsim-sandbox`; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "catalog":
+            catalog_path, split_path = write_catalog(args.out, args.size, args.seed)
+            print(f"wrote {catalog_path} and {split_path}")
+            return 0
+        if args.slots < 1:
+            raise ValueError(f"--slots: must be >= 1 (got {args.slots})")
+        asyncio.run(_serve(args))
+        return 0
+    except (CatalogError, ValueError) as exc:
+        print(f"shopsim-sandbox: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

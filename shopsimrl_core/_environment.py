@@ -1,0 +1,351 @@
+"""The environment adapter: an async ShopSimulator client (runtime spec §8, HTTP contract §4–§6, §18).
+
+:class:`ShopSimulatorClient` owns the connection pools for one environment endpoint for the whole
+run. Each episode opens an :class:`EnvironmentSession` (``client.session()``) that holds at most one
+lease: ``reset`` → ``interact``… → ``terminate`` → ``close`` (``release_one``). The session is an
+async context manager, so the lease is released on every exit path, cancellation included.
+
+Rules that matter:
+
+* ``include_private_goal`` is always sent as ``false``: the agent side never sees the goal early.
+* ``interact`` is not idempotent, so no environment call is ever retried automatically; a failed
+  episode is rerun whole by the evaluator, with a fresh lease.
+* ``reset`` may block server-side while all slots are leased, so it has no read timeout; it goes
+  through its own pool so that blocked resets never starve the calls of running episodes (which
+  would deadlock: running episodes could not release their slots).
+* A 409 means the lease is gone (:class:`LeaseError`); a 409 on release is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from ._errors import LeaseError, ShopSimulatorError
+from ._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
+
+__all__ = [
+    "ShopSimulatorClient",
+    "EnvironmentSession",
+    "sanitize_payload",
+    "environment_identity",
+    "TERMINATION_REASONS",
+]
+
+logger = logging.getLogger("shopsimrl_core.environment")
+
+TERMINATION_REASONS = ("action_limit", "generation_length")
+_LEASE_KEYS = ("env_idx", "lease_id")
+_PRIVATE_RESET_KEYS = ("private_task_instruction", "goal_options", "reason_key")
+
+
+def sanitize_payload(payload: dict[str, Any], *, reset: bool = False) -> dict[str, Any]:
+    """Return a copy fit for a trace: lease fields removed; for a reset also the private-goal keys (§8.2)."""
+    drop = _LEASE_KEYS + (_PRIVATE_RESET_KEYS if reset else ())
+    return {key: value for key, value in payload.items() if key not in drop}
+
+
+def environment_identity(base_url: str, persona: bool) -> dict[str, Any]:
+    """The plan's environment identity (§6.3): ``{adapter, base_url, persona, interaction_mode}``."""
+    return {
+        "adapter": ENVIRONMENT_ADAPTER,
+        "base_url": base_url.rstrip("/"),
+        "persona": persona,
+        "interaction_mode": INTERACTION_MODE,
+    }
+
+
+class ShopSimulatorClient:
+    """Async client of one ShopSimulator endpoint (``POST {base_url}/api/shop_agent``).
+
+    **Parameters:** ``base_url``; ``timeout`` (seconds for every call except the read of ``reset``);
+    ``persona`` (sent as ``if_persona``); ``max_connections`` (per pool); ``transport`` (the httpx
+    seam); ``expected_environment_versions`` (None: any version accepted and recorded);
+    ``expected_observation_versions`` (None: the versions this runtime knows; an empty collection
+    disables the check).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        timeout: float = 30.0,
+        persona: bool,
+        max_connections: int = 64,
+        transport: httpx.AsyncBaseTransport | None = None,
+        expected_environment_versions: Iterable[str] | None = None,
+        expected_observation_versions: Iterable[str] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/api/shop_agent"
+        self.timeout = timeout
+        self.persona = bool(persona)
+        self.max_connections = max_connections
+        self.expected_environment_versions = (
+            frozenset(expected_environment_versions) if expected_environment_versions is not None else None
+        )
+        observation_versions = (
+            KNOWN_OBSERVATION_VERSIONS if expected_observation_versions is None else frozenset(expected_observation_versions)
+        )
+        self.expected_observation_versions = observation_versions or None
+        self._transport = transport
+        self._step_client: httpx.AsyncClient | None = None
+        self._reset_client: httpx.AsyncClient | None = None
+        self._closed = False
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The environment identity of the plan (§6.3), without observed versions."""
+        return environment_identity(self.base_url, self.persona)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _clients(self) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the environment client has been closed.")
+        if self._step_client is None or self._reset_client is None:
+            limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
+            # proxies are never honoured for the environment (§8.1): trust_env=False
+            self._step_client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, pool=None), limits=limits, trust_env=False, transport=self._transport
+            )
+            self._reset_client = httpx.AsyncClient(
+                timeout=httpx.Timeout(connect=self.timeout, read=None, write=self.timeout, pool=None),
+                limits=limits,
+                trust_env=False,
+                transport=self._transport,
+            )
+        return self._step_client, self._reset_client
+
+    async def __aenter__(self) -> "ShopSimulatorClient":
+        self._clients()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close both connection pools. Idempotent. Sessions must be closed first."""
+        self._closed = True
+        for client in (self._step_client, self._reset_client):
+            if client is not None:
+                await client.aclose()
+        self._step_client = self._reset_client = None
+
+    def session(self) -> "EnvironmentSession":
+        """A new lease scope for one episode (no request is sent until ``reset``)."""
+        return EnvironmentSession(self)
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /healthz`` and return its JSON object.
+
+        Raises:
+            ShopSimulatorError: unreachable server, non-200 status or a non-object body.
+        """
+        step, _ = self._clients()
+        try:
+            response = await step.get(self.base_url + "/healthz")
+        except httpx.RequestError as exc:
+            raise ShopSimulatorError(
+                f"environment health check failed: {type(exc).__name__}: {exc}; is the server at {self.base_url} running?"
+            ) from exc
+        if response.status_code != 200:
+            raise ShopSimulatorError(f"environment health check answered HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise ShopSimulatorError("environment health check did not return JSON") from exc
+        if not isinstance(body, dict):
+            raise ShopSimulatorError("environment health check did not return a JSON object")
+        return body
+
+    # -- transport ------------------------------------------------------------------------------
+
+    async def _post(self, payload: dict[str, Any], *, env_idx: int | None = None) -> dict[str, Any]:
+        """Send one envelope and return ``result``; every failure becomes a ShopSimulatorError."""
+        step, reset = self._clients()
+        client = reset if payload["action"] == "reset" else step
+        action = payload["action"]
+        content = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        try:
+            response = await client.post(self.url, content=content, headers={"Content-Type": "application/json"})
+        except httpx.RequestError as exc:
+            raise ShopSimulatorError(
+                f"environment {action} request failed: {type(exc).__name__}: {exc}", env_idx=env_idx, action=action
+            ) from exc
+        status = response.status_code
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        result = body.get("result") if isinstance(body, dict) else None
+        error = result.get("error") if isinstance(result, dict) else None
+        if status == 409:
+            raise LeaseError(
+                f"environment {action}: lease lost (HTTP 409): {error or response.text[:300]}",
+                env_idx=env_idx,
+                action=action,
+                status=status,
+            )
+        if not 200 <= status < 300:
+            detail = error if error else response.text[:300]
+            raise ShopSimulatorError(f"environment {action} failed with HTTP {status}: {detail}", env_idx=env_idx, action=action, status=status)
+        if not isinstance(result, dict):
+            raise ShopSimulatorError(
+                f"environment {action} response has no result object", env_idx=env_idx, action=action, status=status
+            )
+        if error:
+            raise ShopSimulatorError(f"environment {action} error: {error}", env_idx=env_idx, action=action, status=status)
+        return result
+
+    def _check_observation(self, result: dict[str, Any], action: str, env_idx: int | None) -> str:
+        if not isinstance(result.get("observation"), str):
+            raise ShopSimulatorError(f"environment {action} result has no string observation", env_idx=env_idx)
+        state = result.get("observation_state")
+        if not isinstance(state, dict) or not isinstance(state.get("observation_version"), str):
+            raise ShopSimulatorError(
+                f"environment {action} result has no observation_state with a string observation_version", env_idx=env_idx
+            )
+        version = state["observation_version"]
+        if self.expected_observation_versions is not None and version not in self.expected_observation_versions:
+            raise ShopSimulatorError(
+                f"environment {action}: observation_version {version!r} is not supported "
+                f"(expected one of {sorted(self.expected_observation_versions)}); the server is incompatible",
+                env_idx=env_idx,
+            )
+        return version
+
+
+class EnvironmentSession:
+    """One episode's lease on a ShopSimulator slot. Holds at most one lease; always release it.
+
+    ``async with client.session() as env:`` guarantees ``close()`` (``release_one``) on every exit.
+    """
+
+    def __init__(self, client: ShopSimulatorClient) -> None:
+        self.client = client
+        self.env_idx: int | None = None
+        self.lease_id: str | None = None
+        self.environment_version: str | None = None
+        self.observation_version: str | None = None
+        self.done = False
+
+    async def __aenter__(self) -> "EnvironmentSession":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    @property
+    def holds_lease(self) -> bool:
+        return self.lease_id is not None
+
+    async def reset(self, task_id: int) -> dict[str, Any]:
+        """Start task *task_id* on a free slot (may wait for one) and return the raw reset result.
+
+        Raises:
+            ShopSimulatorError: error answer, missing or mistyped keys, retired ``instruction`` key,
+                unexpected versions, or a lease already held by this session.
+        """
+        if self.lease_id is not None:
+            raise ShopSimulatorError("this environment session already holds a lease; one session runs one episode")
+        payload = {
+            "action": "reset",
+            "idx": task_id,
+            "if_persona": self.client.persona,
+            "include_private_goal": False,
+            "interaction_mode": INTERACTION_MODE,
+        }
+        result = await self.client._post(payload)
+        env_idx, lease_id = result.get("env_idx"), result.get("lease_id")
+        if isinstance(env_idx, int) and not isinstance(env_idx, bool) and isinstance(lease_id, str) and lease_id:
+            # take the lease first, so that any check failing below still releases it
+            self.env_idx, self.lease_id = env_idx, lease_id
+        else:
+            raise ShopSimulatorError("environment reset result has no integer env_idx and string lease_id")
+        if "instruction" in result:
+            raise ShopSimulatorError("environment reset carries the retired key 'instruction'; the server is incompatible", env_idx=env_idx)
+        if not isinstance(result.get("task_instruction"), str):
+            raise ShopSimulatorError("environment reset result has no string task_instruction", env_idx=env_idx)
+        self.observation_version = self.client._check_observation(result, "reset", env_idx)
+        version = result.get("environment_version")
+        expected = self.client.expected_environment_versions
+        if expected is not None and version not in expected:
+            raise ShopSimulatorError(
+                f"environment_version {version!r} is not supported (expected one of {sorted(expected)})", env_idx=env_idx
+            )
+        self.environment_version = version if isinstance(version, str) else None
+        self.done = False
+        return result
+
+    def _lease_payload(self, action: str) -> dict[str, Any]:
+        if self.lease_id is None:
+            raise ShopSimulatorError(f"environment {action} without a lease; call reset first")
+        return {"action": action, "env_idx": self.env_idx, "lease_id": self.lease_id}
+
+    async def interact(self, action: str) -> dict[str, Any]:
+        """Send one action (never retried: ``interact`` is not idempotent) and return the raw result.
+
+        Raises:
+            LeaseError: the lease is gone (409): abandon the episode.
+            ShopSimulatorError: error answer or malformed result.
+        """
+        payload = self._lease_payload("interact")
+        payload["response"] = action
+        result = await self.client._post(payload, env_idx=self.env_idx)
+        self.client._check_observation(result, "interact", self.env_idx)
+        if result.get("done") is True:
+            self.done = True
+        return result
+
+    async def terminate(self, reason: str) -> dict[str, Any]:
+        """End an unpurchased episode with ``action_limit`` or ``generation_length``.
+
+        Raises:
+            ValueError: any other reason.
+            ShopSimulatorError: error answer, malformed result, or a reply echoing another reason.
+        """
+        if reason not in TERMINATION_REASONS:
+            raise ValueError(f"termination reason must be one of {TERMINATION_REASONS}, got {reason!r}")
+        payload = self._lease_payload("terminate")
+        payload["termination_reason"] = reason
+        result = await self.client._post(payload, env_idx=self.env_idx)
+        self.client._check_observation(result, "terminate", self.env_idx)
+        if result.get("termination_reason") != reason:
+            raise ShopSimulatorError(
+                f"environment terminate echoed termination_reason {result.get('termination_reason')!r}, expected {reason!r}",
+                env_idx=self.env_idx,
+            )
+        self.done = True
+        return result
+
+    async def close(self) -> None:
+        """Release the lease with ``release_one`` if one is held. Safe to call more than once.
+
+        The release runs shielded from cancellation, so a cancelled episode still frees its slot.
+        A 409 (already released or invalidated) is logged and ignored.
+
+        Raises:
+            ShopSimulatorError: the release failed otherwise (the caller records it as a cleanup error).
+        """
+        if self.lease_id is None:
+            return
+        payload = self._lease_payload("release_one")
+        env_idx = self.env_idx
+        self.env_idx = self.lease_id = None
+        release = asyncio.ensure_future(self.client._post(payload, env_idx=env_idx))
+        try:
+            await asyncio.shield(release)
+        except LeaseError as exc:
+            logger.warning("release_one of environment %s ignored: %s", env_idx, exc)
+        except asyncio.CancelledError:
+            # cancelled while releasing: let the release finish (bounded), then propagate
+            await asyncio.wait([release], timeout=self.client.timeout)
+            if release.done() and not release.cancelled() and release.exception() is not None:
+                logger.warning("release_one of environment %s failed during cancellation: %s", env_idx, release.exception())
+            raise

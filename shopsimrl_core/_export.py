@@ -1,0 +1,421 @@
+"""Exporters: redacted trace exports for sharing, and an SFT dataset of successful episodes.
+
+Raw run directories hold the model's reasoning and the private goal (runtime spec §22.7), so they
+stay private. ``export_traces`` writes a copy with a redaction profile applied; ``export_sft``
+writes chat-format training records (spec §22.8). Both write atomically (temporary file, then
+rename), so a failed export leaves nothing behind.
+
+Profiles (``removed`` paths are recorded in each exported record's ``redaction`` block):
+
+    full             nothing (private use only)
+    no_reasoning     steps[].model.reasoning and steps[].model.raw_response -> null
+    no_private_goal  final.goal and steps[].environment.goal -> {}
+    no_persona       reset.user_persona -> {}, the persona section of the system message,
+                     user_persona inside any goal -> {}
+    public           the union of the three above
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError
+from ._labels import is_complete, iter_latest_records
+from ._versions import SFT_SCHEMA, TRACE_SCHEMA
+
+__all__ = [
+    "PROFILES",
+    "ExportResult",
+    "redact_record",
+    "export_traces",
+    "sft_record",
+    "export_sft",
+    "register_export_cli",
+]
+
+PERSONA_HEADER = "用户个人文档：\n"
+
+PROFILES: dict[str, tuple[str, ...]] = {
+    "full": (),
+    "no_reasoning": ("no_reasoning",),
+    "no_private_goal": ("no_private_goal",),
+    "no_persona": ("no_persona",),
+    "public": ("no_reasoning", "no_private_goal", "no_persona"),
+}
+
+
+def _strip_persona_section(content: str) -> tuple[str, bool]:
+    # The persona section is "\n\n" + header + one JSON line (spec §10.1); remove exactly that.
+    start = content.find("\n\n" + PERSONA_HEADER)
+    if start < 0:
+        if content.startswith(PERSONA_HEADER):
+            start, lead = 0, 0
+        else:
+            return content, False
+    else:
+        lead = 2
+    body_start = start + lead + len(PERSONA_HEADER)
+    end = content.find("\n", body_start)
+    end = len(content) if end < 0 else end
+    return content[:start] + content[end:], True
+
+
+def redact_record(record: dict[str, Any], profile: str) -> dict[str, Any]:
+    """Return a redacted deep copy of one trace record with a ``redaction`` block added.
+
+    The result keeps ``schema_version`` v4 and every key; redacted values become ``null`` or ``{}``
+    as the profile table says, so readers of the trace schema still parse it.
+
+    Raises:
+        ConfigError: unknown profile (the valid ones are listed).
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"export: --profile: unknown profile {profile!r}; valid profiles: {', '.join(PROFILES)}")
+    out = copy.deepcopy(record)
+    removed: list[str] = []
+
+    def note(path: str) -> None:
+        if path not in removed:
+            removed.append(path)
+
+    parts = PROFILES[profile]
+    steps = [s for s in out.get("steps") or [] if isinstance(s, dict)]
+    final = out.get("final") if isinstance(out.get("final"), dict) else None
+    if "no_reasoning" in parts:
+        for step in steps:
+            model = step.get("model")
+            if isinstance(model, dict):
+                for key in ("reasoning", "raw_response"):
+                    if model.get(key) is not None:
+                        note(f"steps[].model.{key}")
+                    model[key] = None
+        for message in out.get("conversation") or []:
+            # a conversation never replays reasoning (§22.12), but drop it if some producer put it there
+            if isinstance(message, dict) and message.pop("reasoning_content", None) is not None:
+                note("conversation[].reasoning_content")
+    if "no_private_goal" in parts:
+        if final is not None and "goal" in final:
+            if final["goal"]:
+                note("final.goal")
+            final["goal"] = {}
+        for step in steps:
+            env = step.get("environment")
+            if isinstance(env, dict) and "goal" in env:
+                if env["goal"]:
+                    note("steps[].environment.goal")
+                env["goal"] = {}
+    if "no_persona" in parts:
+        reset = out.get("reset")
+        if isinstance(reset, dict) and "user_persona" in reset:
+            if reset["user_persona"]:
+                note("reset.user_persona")
+            reset["user_persona"] = {}
+        for message in out.get("conversation") or []:
+            if isinstance(message, dict) and message.get("role") == "system" and isinstance(message.get("content"), str):
+                message["content"], changed = _strip_persona_section(message["content"])
+                if changed:
+                    note("conversation[system].persona_section")
+        goals = [final.get("goal")] if final is not None else []
+        goals += [s["environment"].get("goal") for s in steps if isinstance(s.get("environment"), dict)]
+        for goal in goals:
+            if isinstance(goal, dict) and "user_persona" in goal:
+                if goal["user_persona"]:
+                    note("goal.user_persona")
+                goal["user_persona"] = {}
+    out["redaction"] = {"profile": profile, "removed": removed}
+    return out
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export wrote."""
+
+    path: Path
+    records: int
+    skipped: int
+
+
+def _write_jsonl_atomic(path: Path, lines: Iterable[dict[str, Any]]) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    count = 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return count
+
+
+def _check_output(out_path: Path) -> None:
+    if out_path.name == "traces.jsonl":
+        raise ConfigError(
+            f"{out_path}: an export must not be named traces.jsonl (it would look like a resumable run); "
+            "choose another file name")
+
+
+def export_traces(
+    run_dir: str | Path, out_path: str | Path, *, profile: str = "public", all_attempts: bool = False
+) -> ExportResult:
+    """Write the run's latest records (or every attempt) with *profile* applied to *out_path*.
+
+    Raises:
+        ConfigError: unknown profile, or an output named ``traces.jsonl``.
+        TraceFormatError: the run has no traces file.
+    """
+    out = Path(out_path)
+    _check_output(out)
+    if profile not in PROFILES:
+        redact_record({}, profile)  # raises the one-line error listing the profiles
+    traces = Path(run_dir) / "traces.jsonl"
+    if all_attempts:
+        from ._store import RunStore
+
+        records: Iterable[dict[str, Any]] = RunStore(run_dir).iter_records()
+    else:
+        records = iter_latest_records(traces)
+    count = _write_jsonl_atomic(out, (redact_record(r, profile) for r in records))
+    return ExportResult(path=out, records=count, skipped=0)
+
+
+def _guarded(record: dict[str, Any], manifest: dict[str, Any] | None) -> bool:
+    split = (record.get("job") or {}).get("split")
+    role = (((manifest or {}).get("plan") or {}).get("task_split") or {}).get("role")
+    return split == "test" or role == "test"
+
+
+def _assistant_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Which steps appended an assistant message (spec §9.1, §9.4): valid calls always; protocol
+    # errors when they parsed a call or carried content; policy failures never.
+    out = []
+    for step in steps:
+        model = step.get("model") if isinstance(step.get("model"), dict) else {}
+        if isinstance(step.get("policy_failure"), dict):
+            continue
+        if isinstance(step.get("environment"), dict):
+            out.append(step)
+        elif isinstance(step.get("protocol_error"), dict):
+            content = model.get("content")
+            if model.get("tool_calls") or (isinstance(content, str) and content.strip()):
+                out.append(step)
+    return out
+
+
+def sft_record(
+    record: dict[str, Any], *, plan_fingerprint: str | None, with_reasoning: bool = False
+) -> dict[str, Any]:
+    """Build one ``shopsimrl-sft-v1`` record from a trace: messages as sent, tools per assistant turn.
+
+    The private goal is never included: messages are the conversation the model saw, and metadata
+    holds only reward numbers and identities.
+    """
+    messages = copy.deepcopy(record.get("conversation") or [])
+    steps = [s for s in record.get("steps") or [] if isinstance(s, dict)]
+    turns = _assistant_steps(steps)
+    assistants = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    tools_per_turn = [step.get("tools") or [] for step in turns]
+    if with_reasoning:
+        for message, step in zip(assistants, turns):
+            reasoning = (step.get("model") or {}).get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                message["reasoning_content"] = reasoning
+    for message in messages:
+        if not with_reasoning and isinstance(message, dict):
+            message.pop("reasoning_content", None)
+    final = record.get("final") or {}
+    detail = final.get("reward_detail") or {}
+    provenance = record.get("provenance") or {}
+    return {
+        "schema_version": SFT_SCHEMA,
+        "episode_id": record.get("episode_id"),
+        "job": record.get("job"),
+        "plan_fingerprint": plan_fingerprint,
+        "messages": messages,
+        "tools_per_turn": tools_per_turn,
+        "metadata": {"reward": final.get("reward"), "r_success": detail.get("r_success"),
+                     "model": provenance.get("model"), "prompt": provenance.get("prompt"),
+                     "skills": provenance.get("skills"), "with_reasoning": with_reasoning},
+    }
+
+
+def export_sft(
+    run_dirs: Sequence[str | Path],
+    out_path: str | Path,
+    *,
+    with_reasoning: bool = False,
+    allow_protocol_errors: bool = False,
+    min_r_success: int = 1,
+) -> ExportResult:
+    """Write SFT records for the completed, successful episodes of one or more runs.
+
+    Default filter (spec §22.8): latest records that are complete, ``r_success == 1``, on
+    non-guarded splits, with no protocol-error or policy-failure steps. ``allow_protocol_errors``
+    keeps episodes with repaired protocol errors; ``min_r_success=0`` keeps every completed one.
+
+    Raises:
+        ConfigError: an output named ``traces.jsonl``.
+        TraceFormatError: a run without a traces file.
+    """
+    out = Path(out_path)
+    _check_output(out)
+    skipped = 0
+
+    def rows() -> Iterable[dict[str, Any]]:
+        nonlocal skipped
+        for run_dir in run_dirs:
+            manifest_path = Path(run_dir) / "manifest.json"
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else None
+            fp = (manifest or {}).get("plan_fingerprint")
+            for record in iter_latest_records(Path(run_dir) / "traces.jsonl"):
+                detail = ((record.get("final") or {}).get("reward_detail") or {})
+                steps = [s for s in record.get("steps") or [] if isinstance(s, dict)]
+                bad_turns = any(isinstance(s.get("policy_failure"), dict) for s in steps) or (
+                    not allow_protocol_errors and any(isinstance(s.get("protocol_error"), dict) for s in steps))
+                r_success = detail.get("r_success")
+                if (record.get("schema_version") != TRACE_SCHEMA or not is_complete(record) or _guarded(record, manifest)
+                        or bad_turns or not isinstance(r_success, (int, float)) or r_success < min_r_success):
+                    skipped += 1
+                    continue
+                yield sft_record(record, plan_fingerprint=fp, with_reasoning=with_reasoning)
+
+    count = _write_jsonl_atomic(out, rows())
+    return ExportResult(path=out, records=count, skipped=skipped)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _cmd_traces(args: argparse.Namespace) -> int:
+    result = export_traces(args.run_dir, args.out, profile=args.profile, all_attempts=args.all_attempts)
+    _print({"path": str(result.path), "records": result.records, "profile": args.profile})
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    if len(args.paths) < 2:
+        raise ConfigError("export sft: give one or more run directories followed by the output file")
+    result = export_sft(args.paths[:-1], args.paths[-1], with_reasoning=args.with_reasoning,
+                        allow_protocol_errors=args.allow_protocol_errors,
+                        min_r_success=0 if args.include_failures else 1)
+    _print({"path": str(result.path), "records": result.records, "skipped": result.skipped})
+    return 0
+
+
+def _cmd_labels(args: argparse.Namespace) -> int:
+    from ._labels import label_run
+
+    table = label_run(args.run_dir, out_path=args.out)
+    _print({"path": str(table.path), "episodes": table.episodes, "sha256": table.sha256,
+            "distribution": table.distribution})
+    return 0
+
+
+def _cmd_candidates(args: argparse.Namespace) -> int:
+    from ._candidates import mine_candidates
+    from ._skillbank_build import build_draft, write_draft
+
+    run = Path(args.train_run_dir)
+    out_dir = Path(args.out_dir)
+    provider = None
+    if args.analyst_base_url:
+        from ._analyst import AnalystCandidateProvider
+
+        provider = AnalystCandidateProvider(base_url=args.analyst_base_url, model=args.analyst_model,
+                                            api_key_env=args.analyst_api_key_env)
+    result = mine_candidates(run / "labels.parquet", run / "traces.jsonl", out_dir / "skill_candidates.json",
+                             provider=provider, min_support=args.min_support)
+    draft, bank = build_draft(result.document, active_skill_budget=args.active_skill_budget)
+    draft_path, bank_path = write_draft(draft, bank, out_dir)
+    _print({"candidates": str(result.path), "accepted": len(result.accepted), "rejected": len(result.rejected),
+            "draft": str(draft_path), "draft_skillbank": str(bank_path)})
+    return 0
+
+
+def _cmd_gate_a(args: argparse.Namespace) -> int:
+    from ._gate import GateAConfig, run_gate_a
+
+    result = run_gate_a(GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
+                                    bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
+                                    mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
+                                    bootstrap_samples=args.bootstrap_samples))
+    _print({"status": result.status, "selected_chunk_ids": result.selected_chunk_ids,
+            "selected_skillbank": str(result.selected_skillbank_path) if result.selected_skillbank_path else None})
+    return 0 if result.status == "complete" else 1
+
+
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from ._skillbank_build import snapshot_skillbank
+    from ._skills import load_skillbank
+
+    snap = snapshot_skillbank(load_skillbank(args.bank), args.out_dir)
+    _print({"path": str(snap.path), "bank_sha256": snap.bank_sha256, "skills": snap.skill_ids, "reused": snap.reused})
+    return 0
+
+
+def register_export_cli(subparsers: Any) -> None:
+    """Register the skills-layer verbs on the ``shopsimrl`` parser.
+
+    ``export traces|sft`` (spec §22.7, §22.8), ``labels``, ``candidates``, ``gate-a`` and
+    ``snapshot``. Each sets ``handler`` (parsed args -> exit code), as ``_cli`` expects.
+    """
+    export = subparsers.add_parser("export", help="export traces with a redaction profile, or an SFT dataset")
+    verbs = export.add_subparsers(dest="export_kind", required=True, metavar="KIND")
+    t = verbs.add_parser("traces", help="write a redacted copy of a run's traces (never named traces.jsonl)")
+    t.add_argument("run_dir")
+    t.add_argument("out")
+    t.add_argument("--profile", default="public", choices=list(PROFILES))
+    t.add_argument("--all-attempts", action="store_true", help="export every attempt, not only the latest")
+    t.set_defaults(handler=_cmd_traces)
+    s = verbs.add_parser("sft", help="write chat-format SFT records of successful episodes")
+    s.add_argument("paths", nargs="+", metavar="PATH", help="run directories, then the output file")
+    s.add_argument("--with-reasoning", action="store_true", help="put reasoning back as reasoning_content")
+    s.add_argument("--allow-protocol-errors", action="store_true", help="keep episodes with repaired protocol errors")
+    s.add_argument("--include-failures", action="store_true", help="keep completed episodes with r_success 0")
+    s.set_defaults(handler=_cmd_sft)
+
+    lab = subparsers.add_parser("labels", help="label every episode of a run; writes labels.parquet")
+    lab.add_argument("run_dir")
+    lab.add_argument("--out", default=None, help="output parquet (default <run_dir>/labels.parquet)")
+    lab.set_defaults(handler=_cmd_labels)
+
+    c = subparsers.add_parser("candidates", help="mine skill candidates and a draft from a labelled TRAIN run")
+    c.add_argument("train_run_dir")
+    c.add_argument("out_dir")
+    c.add_argument("--min-support", type=int, default=2)
+    c.add_argument("--active-skill-budget", type=int, default=10)
+    c.add_argument("--analyst-base-url", default=None, help="use an analyst model at this OpenAI base URL")
+    c.add_argument("--analyst-model", default="analyst")
+    c.add_argument("--analyst-api-key-env", default=None)
+    c.set_defaults(handler=_cmd_candidates)
+
+    g = subparsers.add_parser("gate-a", help="paired masked validation of a draft; writes the selected SkillBank")
+    g.add_argument("experiment_config", help="bare val evaluation YAML (skills.path null)")
+    g.add_argument("bare_run_dir")
+    g.add_argument("draft_path")
+    g.add_argument("output_dir")
+    g.add_argument("--mask-seed", type=int, default=20260901)
+    g.add_argument("--active-skill-budget", type=int, default=None)
+    g.add_argument("--bootstrap-samples", type=int, default=1000)
+    g.set_defaults(handler=_cmd_gate_a)
+
+    sn = subparsers.add_parser("snapshot", help="write an immutable skillbank-<sha256>.json of a SkillBank")
+    sn.add_argument("bank")
+    sn.add_argument("out_dir")
+    sn.set_defaults(handler=_cmd_snapshot)

@@ -1,0 +1,168 @@
+"""Task split files: explicit id lists, legacy ranges, roles and split identity (runtime spec §4.1, §22.1, §22.6).
+
+A split is identified by its name, the file's version and ``task_ids_sha256`` — the fingerprint of
+its id list in file order — so moving the file or reformatting it never changes the identity.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError
+from ._hashing import fingerprint
+
+__all__ = ["TaskSplit", "SplitFile", "load_split_file", "is_guarded"]
+
+
+def is_guarded(name: str, role: str | None) -> bool:
+    """A split is guarded (final test numbers) when its role is ``test``, or it has no role and is named ``test``."""
+    return role == "test" or (role is None and name == "test")
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """One named split of a split file, with its ids in file order."""
+
+    name: str
+    task_ids: tuple[int, ...]
+    role: str | None
+    persona: bool | None
+    split_version: str | None
+    source_path: Path
+    task_ids_sha256: str
+    #: True when the file declared the hash (and it was verified), False when it was computed here.
+    hash_declared: bool = False
+
+    @property
+    def task_count(self) -> int:
+        """Number of task ids in the split."""
+        return len(self.task_ids)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether running episodes on this split needs the per-invocation test opt-in (§22.6)."""
+        return is_guarded(self.name, self.role)
+
+    def plan_identity(self, persona: bool) -> dict[str, Any]:
+        """The semantic ``task_split`` block of a plan (§22.1): no path, persona as resolved."""
+        return {"name": self.name, "split_version": self.split_version, "persona": persona, "task_count": self.task_count}
+
+    def identity(self) -> dict[str, Any]:
+        """The split identity used in ledgers and metadata: name, version, hash, role and size."""
+        return {
+            "name": self.name,
+            "split_version": self.split_version,
+            "task_ids_sha256": self.task_ids_sha256,
+            "role": self.role,
+            "task_count": self.task_count,
+        }
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """A parsed split file: its version and every split it declares."""
+
+    path: Path
+    version: str | None
+    schema_version: str | None
+    splits: dict[str, TaskSplit]
+
+    def get(self, name: str) -> TaskSplit:
+        """Return the split called *name*.
+
+        Raises:
+            ConfigError: no such split; the message lists the available names.
+        """
+        try:
+            return self.splits[name]
+        except KeyError:
+            available = ", ".join(sorted(self.splits)) or "(none)"
+            raise ConfigError(
+                f"{self.path}: split {name!r} not found; available splits: {available}; set tasks.split to one of them",
+                code="split-unknown",
+            ) from None
+
+
+def _fail(path: Path, where: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {where}: {message}", code="split-invalid")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskSplit:
+    where = f"splits.{name}"
+    if not isinstance(body, dict):
+        raise _fail(path, where, f"must be an object (got {type(body).__name__}); give task_ids or start/end")
+    if "task_ids" in body:
+        raw_ids = body["task_ids"]
+        if not isinstance(raw_ids, list):
+            raise _fail(path, f"{where}.task_ids", f"must be a list of non-negative ints (got {type(raw_ids).__name__})")
+        ids = raw_ids
+    elif "start" in body or "end" in body:
+        start, end = body.get("start"), body.get("end")
+        if not (_is_int(start) and _is_int(end)) or start < 0 or end < start:
+            raise _fail(path, where, f"legacy range needs ints 0 <= start <= end (got start={start!r}, end={end!r})")
+        ids = list(range(start, end))
+    else:
+        raise _fail(path, where, "has neither task_ids nor start/end; add one of them")
+    seen: set[int] = set()
+    for position, task_id in enumerate(ids):
+        if not _is_int(task_id) or task_id < 0:
+            raise _fail(path, f"{where}.task_ids.{position}", f"must be a non-negative int (got {task_id!r})")
+        if task_id in seen:
+            raise _fail(path, f"{where}.task_ids.{position}", f"duplicate task id {task_id}; task ids must be unique")
+        seen.add(task_id)
+    persona = body.get("persona")
+    if persona is not None and not isinstance(persona, bool):
+        raise _fail(path, f"{where}.persona", f"must be true, false or null (got {persona!r})")
+    role = body.get("role")
+    if role is not None and not isinstance(role, str):
+        raise _fail(path, f"{where}.role", f"must be a string (got {role!r})")
+    computed = fingerprint(list(ids))
+    declared = body.get("task_ids_sha256")
+    if declared is not None and declared != computed:
+        raise _fail(
+            path,
+            f"{where}.task_ids_sha256",
+            f"does not match the task ids (declared {declared}, computed {computed}); the id list was edited — restore the frozen file",
+        )
+    return TaskSplit(
+        name=name,
+        task_ids=tuple(ids),
+        role=role,
+        persona=persona,
+        split_version=version,
+        source_path=path,
+        task_ids_sha256=computed,
+        hash_declared=declared is not None,
+    )
+
+
+def load_split_file(path: str | Path) -> SplitFile:
+    """Load and validate a split file.
+
+    Promises: ids are non-negative, unique ints in file order (legacy ranges expanded);
+    every declared ``task_ids_sha256`` matches; keys the format does not know are ignored.
+
+    Raises:
+        ConfigError: missing file, invalid JSON, or a split that breaks the rules above.
+    """
+    resolved = Path(path).resolve()
+    try:
+        data = json.loads(resolved.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{resolved}: split file not found; fix tasks.split_file", code="split-invalid") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{resolved}: not valid JSON ({exc.msg} at line {exc.lineno}); restore the file", code="split-invalid") from None
+    if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
+        raise ConfigError(f"{resolved}: splits: must be an object mapping split names to splits", code="split-invalid")
+    version = data.get("version")
+    version = None if version is None else str(version)
+    splits = {str(name): _parse_split(resolved, str(name), body, version) for name, body in data["splits"].items()}
+    schema = data.get("schema_version")
+    return SplitFile(path=resolved, version=version, schema_version=None if schema is None else str(schema), splits=splits)

@@ -1,0 +1,537 @@
+"""The run directory: manifest, append-only traces, lock, invocations and the test-access ledger.
+
+Layout of ``<output_dir>/<experiment>/`` (runtime spec §6.1, §22):
+
+- ``manifest.json``     plan, fingerprint and the creating invocation's execution settings
+- ``traces.jsonl``      one line per attempt; append-only, fsynced, torn tail healed (§6.5)
+- ``summary.json``      ``shopsimrl-eval-summary-v2``
+- ``run.lock``          exclusive ``flock`` held by the one writer (§22.4)
+- ``invocations.jsonl`` one line per invocation that touched the directory (§22.1)
+
+Readers stream ``traces.jsonl``: the index keeps byte offsets of each episode's latest line, never
+the records themselves.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
+from ._hashing import fingerprint, write_json_atomic
+from ._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA, TRACE_SCHEMA
+
+__all__ = [
+    "RunStore",
+    "TraceIndex",
+    "EpisodeEntry",
+    "TestAccessLedger",
+    "is_complete",
+    "utc_now",
+]
+
+
+def utc_now() -> str:
+    """UTC ISO-8601 with offset, microseconds included (the format of every timestamp we write)."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def is_complete(record: dict[str, Any]) -> bool:
+    """The completion predicate of §6.6: v4, ``status == "completed"``, ``final.done is true``."""
+    final = record.get("final")
+    return (
+        record.get("schema_version") == TRACE_SCHEMA
+        and record.get("status") == "completed"
+        and isinstance(final, dict)
+        and final.get("done") is True
+    )
+
+
+@dataclass
+class EpisodeEntry:
+    """What the index knows about one episode id, without holding its records."""
+
+    offset: int
+    length: int
+    attempts: int = 1
+    completed_lines: int = 0
+    complete: bool = False
+    status: str | None = None
+    reward: float | None = None
+    """``final.reward`` of the latest record when it is complete and a number."""
+
+
+@dataclass
+class TraceIndex:
+    """Latest-record-wins index over ``traces.jsonl`` (§6.5)."""
+
+    entries: dict[str, EpisodeEntry] = field(default_factory=dict)
+    lines: int = 0
+    skipped_lines: int = 0
+
+    def attempts(self, episode_id: str) -> int:
+        """Counted lines of *episode_id* (its lifetime ``attempt_count``)."""
+        entry = self.entries.get(episode_id)
+        return 0 if entry is None else entry.attempts
+
+    def is_complete(self, episode_id: str) -> bool:
+        """Whether the episode's latest record satisfies the completion predicate."""
+        entry = self.entries.get(episode_id)
+        return entry is not None and entry.complete
+
+    @property
+    def duplicate_completed(self) -> int:
+        """Episodes with more than one completed line (two writers, or a legacy accident; §22.4)."""
+        return sum(1 for entry in self.entries.values() if entry.completed_lines > 1)
+
+
+class RunStore:
+    """One run directory. Create it with the path; nothing is written until a method says so.
+
+    Only the process holding ``run.lock`` may write (see :meth:`lock`). Appends are serialised by an
+    in-process lock as well, so one ``RunStore`` can be shared by many asyncio tasks or threads.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self._append_lock = threading.Lock()
+        self._handle: BinaryIO | None = None
+        self._lock_fd: int | None = None
+        self._lock_mode: str | None = None
+        self.lock_takeover: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- paths
+    @property
+    def manifest_path(self) -> Path:
+        return self.run_dir / "manifest.json"
+
+    @property
+    def traces_path(self) -> Path:
+        return self.run_dir / "traces.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.run_dir / "summary.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.run_dir / "run.lock"
+
+    @property
+    def invocations_path(self) -> Path:
+        return self.run_dir / "invocations.jsonl"
+
+    # ---------------------------------------------------------------- lock
+    def acquire_lock(self, invocation_id: str) -> None:
+        """Take the exclusive run-directory lock at once, or fail.
+
+        A lock left by a dead process is taken over (the OS drops a ``flock`` when its holder dies;
+        the takeover is recorded in ``self.lock_takeover``).
+
+        Raises:
+            RunLockedError: another live process holds the lock; the message names it.
+        """
+        if self._lock_fd is not None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._read_holder()
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.run_dir}: run directory is locked by {self._describe(holder)}; "
+                "wait for that run to finish, or use another experiment.name",
+                code="run-locked",
+                holder=holder,
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                self._acquire_exclusive_file(invocation_id)
+                return
+            raise
+        previous = self._read_holder()
+        if previous:
+            self.lock_takeover = previous
+        content = json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now(), "invocation_id": invocation_id}
+        ).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, content + b"\n", 0)
+        os.fsync(fd)
+        self._lock_fd = fd
+        self._lock_mode = "flock"
+
+    def _acquire_exclusive_file(self, invocation_id: str) -> None:
+        # File systems without flock: exclusive creation; a lock of a dead pid on this host is stale.
+        holder = self._read_holder()
+        if holder:
+            same_host = holder.get("host") == socket.gethostname()
+            pid = holder.get("pid")
+            alive = True
+            if same_host and isinstance(pid, int):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    alive = True
+            if alive:
+                raise RunLockedError(
+                    f"{self.run_dir}: run directory is locked by {self._describe(holder)} (no flock on this file system); "
+                    "wait for it, or delete run.lock once you are sure the holder is gone",
+                    code="run-locked",
+                    holder=holder,
+                )
+            self.lock_takeover = holder
+            self.lock_path.unlink(missing_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        content = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now(), "invocation_id": invocation_id}
+        os.write(fd, json.dumps(content).encode() + b"\n")
+        os.fsync(fd)
+        self._lock_fd = fd
+        self._lock_mode = "exclusive-file"
+
+    def _read_holder(self) -> dict[str, Any]:
+        try:
+            text = self.lock_path.read_text(encoding="utf-8").strip()
+            value = json.loads(text) if text else {}
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @staticmethod
+    def _describe(holder: dict[str, Any]) -> str:
+        if not holder:
+            return "another process (holder unknown)"
+        return (
+            f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started_at')} "
+            f"(invocation {holder.get('invocation_id')})"
+        )
+
+    def release_lock(self) -> None:
+        """Release the lock (the file stays; its content is cleared before unlocking)."""
+        self.close_traces()
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None:
+            return
+        try:
+            if self._lock_mode == "flock":
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        finally:
+            if self._lock_mode == "exclusive-file":
+                self.lock_path.unlink(missing_ok=True)
+            self._lock_mode = None
+
+    @contextmanager
+    def lock(self, invocation_id: str) -> Iterator["RunStore"]:
+        """Hold the run-directory lock for the body of a ``with`` block."""
+        self.acquire_lock(invocation_id)
+        try:
+            yield self
+        finally:
+            self.release_lock()
+
+    @property
+    def locked(self) -> bool:
+        """Whether this store currently holds the lock."""
+        return self._lock_fd is not None
+
+    # ---------------------------------------------------------------- manifest
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when the directory has none.
+
+        Raises:
+            TraceFormatError: unreadable JSON or an unknown manifest schema.
+        """
+        try:
+            text = self.manifest_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            manifest = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{self.manifest_path}: not valid JSON ({exc.msg}); restore it from backup", code="manifest-invalid") from None
+        if not isinstance(manifest, dict) or manifest.get("schema_version") != MANIFEST_SCHEMA:
+            got = manifest.get("schema_version") if isinstance(manifest, dict) else type(manifest).__name__
+            raise TraceFormatError(
+                f"{self.manifest_path}: schema_version {got!r} is not {MANIFEST_SCHEMA!r}; this directory was not written by shopsimrl",
+                code="manifest-invalid",
+            )
+        if not isinstance(manifest.get("plan"), dict):
+            raise TraceFormatError(f"{self.manifest_path}: plan: must be an object", code="manifest-invalid")
+        return manifest
+
+    def has_content(self) -> bool:
+        """Whether the directory holds a manifest or at least one trace byte."""
+        if self.manifest_path.exists():
+            return True
+        try:
+            return self.traces_path.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def check_resumable(self, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
+        """Decide, without writing, how a run of *plan* may use this directory.
+
+        Returns ``"new"`` (nothing there yet) or ``"resume"`` (an existing manifest of the same
+        semantic plan; legacy manifests are accepted via the semantic projection, §22.1).
+
+        Raises:
+            ConfigError: code ``resume-disabled`` — content exists and *resume* is false (§22.2).
+            FingerprintMismatch: the directory belongs to another semantic plan; the message names
+                what changed.
+        """
+        from ._plan import FINGERPRINT_SCHEME, plan_differences
+
+        if not self.has_content():
+            return "new"
+        if not resume:
+            raise ConfigError(
+                f"{self.run_dir}: run directory already holds a run and resume is false; "
+                "pass --resume to continue it, --overwrite to archive it and start fresh, or choose another experiment.name",
+                code="resume-disabled",
+            )
+        manifest = self.read_manifest()
+        if manifest is None:
+            raise FingerprintMismatch(
+                f"{self.run_dir}: traces.jsonl exists but manifest.json does not, so its plan cannot be checked; "
+                "move the traces away or use another experiment.name",
+                code="fingerprint-mismatch",
+            )
+        stored_plan = manifest["plan"]
+        if manifest.get("fingerprint_scheme") == FINGERPRINT_SCHEME:
+            if manifest.get("plan_fingerprint") == plan_fingerprint:
+                return "resume"
+        elif manifest.get("plan_fingerprint") != fingerprint(stored_plan):
+            raise FingerprintMismatch(
+                f"{self.manifest_path}: legacy manifest is inconsistent (plan_fingerprint does not match its plan); "
+                "it was edited by hand — restore it or use another experiment.name",
+                code="fingerprint-mismatch",
+            )
+        changes = plan_differences(stored_plan, plan)
+        if not changes:
+            return "resume"
+        raise FingerprintMismatch(
+            f"{self.run_dir}: existing run manifest belongs to a different semantic plan; changed: {', '.join(changes)}; "
+            "use another experiment.name or model.id, or --overwrite to archive the old run",
+            code="fingerprint-mismatch",
+            changes=changes,
+        )
+
+    def write_manifest(self, plan: dict[str, Any], plan_fingerprint: str, execution: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write a new ``manifest.json`` atomically (``fingerprint_scheme: semantic-v2``)."""
+        from ._plan import FINGERPRINT_SCHEME
+
+        manifest: dict[str, Any] = {
+            "schema_version": MANIFEST_SCHEMA,
+            "created_at": utc_now(),
+            "plan_fingerprint": plan_fingerprint,
+            "fingerprint_scheme": FINGERPRINT_SCHEME,
+            "plan": plan,
+            "execution": execution,
+        }
+        if extra:
+            manifest.update(extra)
+        write_json_atomic(self.manifest_path, manifest)
+        return manifest
+
+    def archive_existing(self) -> Path | None:
+        """Move every file of the run (not ``run.lock``) into ``superseded/<UTC stamp>/``.
+
+        Used by ``--overwrite``: nothing is ever deleted. Returns the archive folder, or None.
+        """
+        self.close_traces()
+        names = [p for p in self.run_dir.iterdir() if p.name not in {"run.lock", "superseded"}] if self.run_dir.exists() else []
+        if not names:
+            return None
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.run_dir / "superseded" / stamp
+        target.mkdir(parents=True)
+        for path in names:
+            shutil.move(str(path), str(target / path.name))
+        return target
+
+    # ---------------------------------------------------------------- traces
+    def _open_for_append(self) -> BinaryIO:
+        if self._handle is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            handle = open(self.traces_path, "a+b")
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    # A previous writer died mid-line: end that line so ours starts clean (§6.5).
+                    handle.write(b"\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            self._handle = handle
+        return self._handle
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one trace line: serialise first, then write, flush and fsync.
+
+        The line is built before anything is written, so a record that cannot be serialised
+        (NaN, a non-JSON value) raises without touching the file.
+
+        Raises:
+            ValueError / TypeError: the record is not valid JSON data.
+        """
+        if not isinstance(record.get("episode_id"), str):
+            raise TraceFormatError("trace record has no string episode_id; refusing to append it", code="trace-format")
+        line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        with self._append_lock:
+            handle = self._open_for_append()
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def close_traces(self) -> None:
+        """Close the append handle (appends reopen it)."""
+        with self._append_lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+
+    def _scan(self) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+        try:
+            handle = open(self.traces_path, "rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            offset = 0
+            for raw in handle:
+                length = len(raw)
+                record: dict[str, Any] | None
+                try:
+                    value = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    record = None
+                else:
+                    record = value if isinstance(value, dict) and isinstance(value.get("episode_id"), str) else None
+                yield offset, length, record
+                offset += length
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Every counted line, in file order (lines that do not parse are skipped)."""
+        for _, _, record in self._scan():
+            if record is not None:
+                yield record
+
+    def index(self) -> TraceIndex:
+        """Stream the file once and return the latest-record-wins index."""
+        index = TraceIndex()
+        for offset, length, record in self._scan():
+            index.lines += 1
+            if record is None:
+                index.skipped_lines += 1
+                continue
+            complete = is_complete(record)
+            entry = index.entries.get(record["episode_id"])
+            if entry is None:
+                entry = index.entries[record["episode_id"]] = EpisodeEntry(offset=offset, length=length, attempts=0)
+            entry.offset, entry.length = offset, length
+            entry.attempts += 1
+            entry.complete = complete
+            entry.status = record.get("status") if isinstance(record.get("status"), str) else None
+            entry.reward = None
+            if complete:
+                entry.completed_lines += 1
+                reward = record["final"].get("reward")
+                if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+                    entry.reward = float(reward)
+        return index
+
+    def latest_records(self, index: TraceIndex | None = None, episode_ids: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+        """Yield the latest record of each episode, sorted by ``episode_id`` (one record in memory at a time)."""
+        index = index if index is not None else self.index()
+        wanted = sorted(index.entries) if episode_ids is None else sorted(set(episode_ids) & set(index.entries))
+        if not wanted:
+            return
+        with open(self.traces_path, "rb") as handle:
+            for eid in wanted:
+                entry = index.entries[eid]
+                handle.seek(entry.offset)
+                yield json.loads(handle.read(entry.length))
+
+    # ---------------------------------------------------------------- invocations
+    def append_invocation(self, entry: dict[str, Any]) -> None:
+        """Append one line to ``invocations.jsonl`` (fsynced)."""
+        _append_jsonl(self.invocations_path, {"schema_version": INVOCATION_SCHEMA, **entry})
+
+    def read_invocations(self) -> list[dict[str, Any]]:
+        """All invocation lines that parse."""
+        return list(_read_jsonl(self.invocations_path))
+
+
+def _append_jsonl(path: Path, entry: dict[str, Any]) -> None:
+    line = (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            try:
+                value = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(value, dict):
+                yield value
+
+
+class TestAccessLedger:
+    """Project-level append-only record of every run on a guarded (test) split (§22.6)."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every ledger line that parses, in order."""
+        return list(_read_jsonl(self.path))
+
+    def prior_runs(self, *, checkpoint: str, skills: dict[str, Any], run_dir: str, plan_fingerprint: str) -> list[dict[str, Any]]:
+        """Earlier test runs of the same ``(checkpoint, skills identity)`` that are not this very run
+        (resuming the same directory with the same fingerprint is not a rerun)."""
+        out = []
+        for entry in self.entries():
+            if entry.get("checkpoint") != checkpoint or entry.get("skills") != skills:
+                continue
+            if entry.get("run_dir") == run_dir and entry.get("plan_fingerprint") == plan_fingerprint:
+                continue
+            out.append(entry)
+        return out
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Append one access record (fsynced)."""
+        _append_jsonl(self.path, {"schema_version": TEST_ACCESS_LEDGER_SCHEMA, **entry})

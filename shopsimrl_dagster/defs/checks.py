@@ -1,0 +1,137 @@
+"""Blocking checks on ``rollout_traces``, emitted by the asset itself (no extra step per check).
+
+A failed check stops ``eval_summary`` and everything below it for that partition, so a broken or
+incomplete rollout never produces headline numbers. The verdicts come from the trace audit, the
+run manifest and the job plan; this module only maps them to ``AssetCheckResult``s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+import shopsimrl_core as core
+
+from ..trace_audit import TraceAudit
+
+__all__ = [
+    "COVERAGE",
+    "TRACES_VALID",
+    "PLAN_MATCHES",
+    "NO_GOAL_LEAK",
+    "TEST_OPT_IN",
+    "ROLLOUT_CHECK_SPECS",
+    "rollout_check_results",
+]
+
+COVERAGE = "coverage_complete"
+TRACES_VALID = "trace_lines_valid"
+PLAN_MATCHES = "plan_matches_job_plan"
+NO_GOAL_LEAK = "no_private_goal_in_prompts"
+TEST_OPT_IN = "test_split_opt_in_recorded"
+
+ROLLOUT_CHECK_SPECS = [
+    dg.AssetCheckSpec(COVERAGE, asset="rollout_traces", blocking=True,
+                      description="Every planned episode has a completed latest record (coverage == 1.0)."),
+    dg.AssetCheckSpec(TRACES_VALID, asset="rollout_traces", blocking=True,
+                      description="Every JSON line of traces.jsonl has the shopsimrl-episode-v4 shape."),
+    dg.AssetCheckSpec(PLAN_MATCHES, asset="rollout_traces", blocking=True,
+                      description="The run manifest's jobs are exactly the job_plan of the suite, and its "
+                      "plan_fingerprint is the fingerprint of its plan."),
+    dg.AssetCheckSpec(NO_GOAL_LEAK, asset="rollout_traces", blocking=True,
+                      description="No private-goal text (hidden persona reasoning, the full instruction of a "
+                      "persona task, the goal object) appears in any model-visible message."),
+    dg.AssetCheckSpec(TEST_OPT_IN, asset="rollout_traces", blocking=True,
+                      description="A run on a guarded (test-role) split carries its opt-in record in the "
+                      "manifest (test_access) and in the test-access ledger."),
+]
+
+
+def _result(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=name,
+        passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=description,
+        metadata=metadata,
+    )
+
+
+def _plan_verdict(manifest: dict[str, Any] | None, job_plan: dict[str, Any] | None) -> tuple[bool, str, dict[str, Any]]:
+    if manifest is None:
+        return False, "the run directory has no manifest.json", {}
+    if job_plan is None:
+        return False, "no job_plan file for this suite; materialize job_plan first", {}
+    plan = manifest.get("plan") or {}
+    stored = manifest.get("plan_fingerprint")
+    recomputed = core.fingerprint(plan)
+    jobs_fp = core.fingerprint(plan.get("jobs") or [])
+    expected = job_plan.get("jobs_fingerprint")
+    meta = {"plan_fingerprint": str(stored), "jobs_fingerprint": jobs_fp, "job_plan_fingerprint": str(expected)}
+    if stored != recomputed:
+        return False, f"manifest plan_fingerprint {stored} is not the fingerprint of its plan ({recomputed}); the manifest was edited", meta
+    if jobs_fp != expected:
+        return False, f"run jobs fingerprint {jobs_fp} differs from job_plan {expected}; the suite changed since the run started — use a new suite name", meta
+    return True, "manifest jobs equal the suite's job_plan", meta
+
+
+def _opt_in_verdict(guarded: bool, ledger_path: Path, run_dir: Path, manifest: dict[str, Any] | None) -> tuple[bool, str]:
+    if not guarded:
+        return True, "split is not guarded; no opt-in needed"
+    access = (manifest or {}).get("test_access")
+    if not isinstance(access, dict) or access.get("opted_in") is not True:
+        return False, f"guarded split run whose manifest has no test_access opt-in record ({run_dir / 'manifest.json'})"
+    fingerprint = (manifest or {}).get("plan_fingerprint")
+    if ledger_path.exists():
+        with ledger_path.open(encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(entry, dict) and Path(str(entry.get("run_dir", ""))).resolve() == run_dir.resolve() \
+                        and entry.get("plan_fingerprint") == fingerprint:
+                    return True, f"opt-in by {access.get('source')} recorded in the manifest and in {ledger_path.name} at {entry.get('at')}"
+    return False, f"guarded split run without an opt-in record for {run_dir} in {ledger_path}"
+
+
+def rollout_check_results(
+    *,
+    coverage: float | None,
+    audit: TraceAudit,
+    manifest: dict[str, Any] | None,
+    job_plan: dict[str, Any] | None,
+    guarded: bool,
+    ledger_path: Path,
+    run_dir: Path,
+) -> list[dg.AssetCheckResult]:
+    """The five blocking verdicts of one rollout, in ``ROLLOUT_CHECK_SPECS`` order."""
+    results = [
+        _result(COVERAGE, coverage == 1.0, f"coverage {coverage}", coverage=float(coverage or 0.0)),
+        _result(
+            TRACES_VALID,
+            audit.invalid_count == 0,
+            "all trace lines validate" if audit.invalid_count == 0 else "; ".join(audit.invalid[:3]),
+            lines=audit.lines,
+            invalid_lines=audit.invalid_count,
+            torn_lines=audit.torn_lines,
+            first_problems=dg.MetadataValue.json(audit.invalid),
+        ),
+    ]
+    passed, text, meta = _plan_verdict(manifest, job_plan)
+    results.append(_result(PLAN_MATCHES, passed, text, **meta))
+    results.append(
+        _result(
+            NO_GOAL_LEAK,
+            not audit.leaks,
+            "no private-goal text in model-visible messages" if not audit.leaks else "; ".join(audit.leaks[:3]),
+            leaks=len(audit.leaks),
+            first_leaks=dg.MetadataValue.json(audit.leaks[:20]),
+        )
+    )
+    passed, text = _opt_in_verdict(guarded, ledger_path, run_dir, manifest)
+    results.append(_result(TEST_OPT_IN, passed, text, guarded=guarded))
+    return results

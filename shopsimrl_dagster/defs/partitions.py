@@ -1,0 +1,13 @@
+"""Checkpoint partitions: one partition per registered model checkpoint (keyed by checkpoint id).
+
+Keys are added by the registry sensor (or ``python -m shopsimrl_dagster.demo``); the checkpoint
+registry folder is the source of truth, the partition set follows it.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+__all__ = ["checkpoints"]
+
+checkpoints = dg.DynamicPartitionsDefinition(name="checkpoints")

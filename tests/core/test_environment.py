@@ -1,0 +1,192 @@
+"""Environment adapter (runtime spec §8, HTTP contract §4–§6, §18) with httpx.MockTransport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from shopsimrl_core import LeaseError, ShopSimulatorClient, ShopSimulatorError
+from shopsimrl_core._environment import sanitize_payload
+from test_episode_fakes import LEASE, FakeShop
+
+
+def client(handler, **kwargs) -> ShopSimulatorClient:
+    return ShopSimulatorClient(base_url="http://env.test/", persona=kwargs.pop("persona", False),
+                               transport=httpx.MockTransport(handler), **kwargs)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_requests_follow_the_contract_and_lease_is_released():
+    shop = FakeShop()
+
+    async def go():
+        async with client(shop) as env:
+            async with env.session() as session:
+                reset = await session.reset(19)
+                assert reset["lease_id"] == LEASE and session.holds_lease
+                await session.interact("search[围巾]")
+                final = await session.terminate("action_limit")
+                assert final["done"] is True
+            assert not session.holds_lease
+    run(go())
+    assert shop.requests == [
+        {"action": "reset", "idx": 19, "if_persona": False, "include_private_goal": False, "interaction_mode": "single_turn"},
+        {"action": "interact", "env_idx": 3, "lease_id": LEASE, "response": "search[围巾]"},
+        {"action": "terminate", "env_idx": 3, "lease_id": LEASE, "termination_reason": "action_limit"},
+        {"action": "release_one", "env_idx": 3, "lease_id": LEASE},
+    ]
+
+
+def test_identity_and_url():
+    env = client(FakeShop(), persona=True)
+    assert env.identity == {"adapter": "shopsimulator_http", "base_url": "http://env.test", "persona": True,
+                            "interaction_mode": "single_turn"}
+    assert env.url == "http://env.test/api/shop_agent"
+
+
+def test_reset_has_no_read_timeout_other_calls_do():
+    env = ShopSimulatorClient(base_url="http://x", persona=True, timeout=7.0)
+    step, reset = env._clients()
+    assert reset.timeout.read is None and reset.timeout.connect == 7.0
+    assert step.timeout.read == 7.0
+    assert step.trust_env is False and reset.trust_env is False
+    run(env.aclose())
+
+
+def test_sanitize_removes_lease_and_private_reset_keys():
+    payload = {"env_idx": 1, "lease_id": "x", "observation": "o", "private_task_instruction": "s", "goal_options": [],
+               "reason_key": None}
+    assert sanitize_payload(payload, reset=True) == {"observation": "o"}
+    assert sanitize_payload({"env_idx": 1, "lease_id": "x", "goal": {"a": 1}}) == {"goal": {"a": 1}}
+
+
+async def _one(shop, body: str = "search[x]", **kwargs):
+    async with client(shop, **kwargs) as env:
+        async with env.session() as session:
+            await session.reset(19)
+            return await session.interact(body)
+
+
+@pytest.mark.parametrize(
+    ("response", "error", "match"),
+    [
+        (httpx.Response(200, json={"result": {"error": "No JSON data provided"}}), ShopSimulatorError, "No JSON data provided"),
+        (httpx.Response(500, json={"result": {"error": "episode is already terminated; reset before stepping"}}),
+         ShopSimulatorError, "HTTP 500: episode is already terminated"),
+        (httpx.Response(409, json={"result": {"error": "stale or invalid lease for environment 3"}}), LeaseError, "409"),
+        (httpx.Response(200, text="not json"), ShopSimulatorError, "no result object"),
+        (httpx.Response(200, json={"result": {"observation": 5}}), ShopSimulatorError, "no string observation"),
+        (httpx.Response(200, json={"result": {"observation": "o", "observation_state": {}}}), ShopSimulatorError,
+         "observation_version"),
+    ],
+)
+def test_interact_errors(response, error, match):
+    shop = FakeShop(fail={"interact": response})
+    with pytest.raises(error, match=match) as info:
+        run(_one(shop))
+    if error is ShopSimulatorError:
+        assert not isinstance(info.value, LeaseError)
+    assert shop.requests[-1]["action"] == "release_one"
+
+
+def test_interact_is_never_retried_on_transport_error():
+    shop = FakeShop()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["action"] == "interact":
+            shop.requests.append(json.loads(request.content))
+            raise httpx.ReadTimeout("lost response")
+        return shop(request)
+
+    with pytest.raises(ShopSimulatorError, match="interact request failed: ReadTimeout"):
+        run(_one(handler))
+    assert shop.actions_of("interact") == ["search[x]"]
+    assert shop.requests[-1]["action"] == "release_one"
+
+
+def test_terminate_checks_reason_and_echo():
+    shop = FakeShop(fail={"terminate": httpx.Response(200, json={"result": {
+        "done": True, "observation": "o", "observation_state": {"observation_version": "shopping-observation-v7"},
+        "termination_reason": "action_limit"}})})
+
+    async def go():
+        async with client(shop) as env, env.session() as session:
+            await session.reset(1)
+            with pytest.raises(ValueError):
+                await session.terminate("finish")
+            with pytest.raises(ShopSimulatorError, match="echoed termination_reason 'action_limit'"):
+                await session.terminate("generation_length")
+    run(go())
+
+
+def test_one_lease_per_session_and_calls_need_a_lease():
+    async def go():
+        async with client(FakeShop()) as env, env.session() as session:
+            with pytest.raises(ShopSimulatorError, match="without a lease"):
+                await session.interact("search[x]")
+            await session.reset(1)
+            with pytest.raises(ShopSimulatorError, match="already holds a lease"):
+                await session.reset(2)
+    run(go())
+
+
+def test_release_409_is_ignored_and_close_is_idempotent():
+    shop = FakeShop(release_status=409)
+
+    async def go():
+        async with client(shop) as env:
+            session = env.session()
+            await session.reset(1)
+            await session.close()
+            await session.close()
+    run(go())
+    assert [r["action"] for r in shop.requests] == ["reset", "release_one"]
+
+
+def test_release_error_other_than_409_is_raised():
+    async def go():
+        async with client(FakeShop(release_status=500)) as env:
+            session = env.session()
+            await session.reset(1)
+            with pytest.raises(ShopSimulatorError, match="release_one failed with HTTP 500"):
+                await session.close()
+    run(go())
+
+
+def test_environment_version_pinning():
+    shop = FakeShop()
+    with pytest.raises(ShopSimulatorError, match="environment_version 'shopsimulator-paper-aligned-v8' is not supported"):
+        run(_one(shop, expected_environment_versions={"other-v1"}))
+    assert shop.requests[-1]["action"] == "release_one"
+    # an empty collection switches the observation-version check off
+    result = run(_one(FakeShop(observation_version="custom-v1"), expected_observation_versions=()))
+    assert result["observation_state"]["observation_version"] == "custom-v1"
+
+
+def test_health_and_closed_client():
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/healthz"
+        return httpx.Response(200, json={"ready": True, "free_slots": 8})
+
+    async def go():
+        env = client(handler)
+        assert (await env.health())["ready"] is True
+        await env.aclose()
+        with pytest.raises(RuntimeError, match="closed"):
+            await env.health()
+    run(go())
+
+
+def test_health_unreachable_is_a_one_line_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(ShopSimulatorError, match="is the server at http://env.test running"):
+        run(client(handler).health())

@@ -1,0 +1,77 @@
+"""Split files: the real frozen split's counts and hashes, legacy ranges, validation, guarded roles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core_runkit import PERSONA_SPLITS, write_split
+from shopsimrl_core import ConfigError, fingerprint, load_split_file
+
+
+def test_published_split_counts_and_hashes() -> None:
+    split_file = load_split_file(PERSONA_SPLITS)
+    assert split_file.version == "shopsimrl-persona-splits-v1"
+    expected = {
+        "train": (3726, [0, 2, 3, 4, 6, 9], "6dd57881e170a459770c1977cdf06dd184d4dacab8eb1101ebd52c695a85cac9"),
+        "val": (400, [19, 20, 30, 31, 47, 54], "103c72fd5da76870d2406420a8d7eab0c616780cb6fb8ac27875b5424dae872e"),
+        "test": (400, [1, 5, 8, 16, 42, 45], "4137a041471b29310c7e349732c55f04e8ea1c9a517cd60475d048ca1466c257"),
+    }
+    for name, (count, first, digest) in expected.items():
+        split = split_file.get(name)
+        assert split.task_count == count
+        assert list(split.task_ids[:6]) == first
+        assert split.task_ids_sha256 == digest and split.hash_declared
+        assert split.persona is True and split.role == name
+    assert split_file.get("test").guarded and not split_file.get("val").guarded
+
+
+def test_spec_example_hashes(tmp_path: Path) -> None:
+    path = write_split(tmp_path / "s.json", {
+        "train": {"role": "train", "persona": True, "task_ids": [0, 2, 3, 7],
+                  "task_ids_sha256": "2249b2be89f593906a798b8d44d97828c1926b9f2ef96b52027514b2bdd8cb76"},
+        "val": {"role": "val", "persona": True, "task_ids": [19, 20, 30, 31, 47],
+                "task_ids_sha256": "100f5e07b41f6c1391a2a4ffb07debcf217e2628821c8bab16753e074484dfee"},
+        "legacy_range": {"start": 100, "end": 110, "persona": None},
+    })
+    loaded = load_split_file(path)
+    assert loaded.get("legacy_range").task_ids == tuple(range(100, 110))
+    assert loaded.get("legacy_range").task_ids_sha256 == fingerprint(list(range(100, 110)))
+    assert loaded.get("legacy_range").persona is None and loaded.get("legacy_range").role is None
+
+
+def test_edited_id_list_fails_hash_check(tmp_path: Path) -> None:
+    data = json.loads(PERSONA_SPLITS.read_text(encoding="utf-8"))
+    data["splits"]["val"]["task_ids"][0] = 18
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"splits\.val\.task_ids_sha256: does not match the task ids"):
+        load_split_file(path)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"task_ids": [1, True]}, r"task_ids\.1: must be a non-negative int \(got True\)"),
+    ({"task_ids": [1, -2]}, r"task_ids\.1: must be a non-negative int"),
+    ({"task_ids": [3, 4, 3]}, r"task_ids\.2: duplicate task id 3"),
+    ({"task_ids": [1], "persona": "yes"}, r"persona: must be true, false or null"),
+    ({"start": 5, "end": 2}, r"legacy range needs ints"),
+    ({"persona": True}, r"has neither task_ids nor start/end"),
+])
+def test_invalid_splits(tmp_path: Path, body: dict, message: str) -> None:
+    path = write_split(tmp_path / "s.json", {"x": body})
+    with pytest.raises(ConfigError, match=message):
+        load_split_file(path)
+
+
+def test_unknown_split_lists_available(tmp_path: Path) -> None:
+    loaded = load_split_file(write_split(tmp_path / "s.json", {"b": {"task_ids": [1]}, "a": {"task_ids": [2]}}))
+    with pytest.raises(ConfigError, match=r"split 'vall' not found; available splits: a, b"):
+        loaded.get("vall")
+
+
+def test_test_named_split_without_role_is_guarded(tmp_path: Path) -> None:
+    loaded = load_split_file(write_split(tmp_path / "s.json", {"test": {"task_ids": [1]}, "holdout": {"task_ids": [2], "role": "test"},
+                                                                "other": {"task_ids": [3], "role": "val"}}))
+    assert loaded.get("test").guarded and loaded.get("holdout").guarded and not loaded.get("other").guarded

@@ -1,0 +1,95 @@
+import json
+
+import pytest
+
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._export import export_sft, export_traces, redact_record
+from tracegen import make_trace, write_traces
+
+REASON = "SENTINEL-REASONING-7f3a"
+GOAL = "SENTINEL-GOAL-91bc"
+PERSONA = "SENTINEL-PERSONA-c0de"
+
+
+def _record(**kw):
+    rec = make_trace(3, reasoning=REASON, persona={"风格偏好": PERSONA, "预算偏好": "中等"},
+                     goal_extra={"instruction_text": GOAL + " 米白色羊毛围巾"}, **kw)
+    return rec
+
+
+def _run(tmp_path, records):
+    run = tmp_path / "run"
+    write_traces(run / "traces.jsonl", records)
+    (run / "manifest.json").write_text(json.dumps({"plan_fingerprint": "fp-1", "plan": {}}))
+    return run
+
+
+def test_sentinels_are_present_in_raw_traces():
+    text = json.dumps(_record(protocol_error_at=2), ensure_ascii=False)
+    assert REASON in text and GOAL in text and PERSONA in text
+
+
+@pytest.mark.parametrize("profile,gone,kept", [
+    ("no_reasoning", [REASON], [GOAL, PERSONA]),
+    ("no_private_goal", [GOAL], [REASON, PERSONA]),
+    ("no_persona", [PERSONA], [REASON]),
+    ("public", [REASON, GOAL, PERSONA], []),
+    ("full", [], [REASON, GOAL, PERSONA]),
+])
+def test_redaction_profiles_remove_exactly_their_sentinels(tmp_path, profile, gone, kept):
+    run = _run(tmp_path, [_record(protocol_error_at=2), _record(outcome="generation_length")])
+    out = tmp_path / f"{profile}.jsonl"
+    result = export_traces(run, out, profile=profile)
+    text = out.read_text(encoding="utf-8")
+    assert result.records == 1  # latest record per episode
+    for s in gone:
+        assert s not in text, (profile, s)
+    for s in kept:
+        assert s in text, (profile, s)
+    rec = json.loads(text.splitlines()[0])
+    assert rec["schema_version"] == "shopsimrl-episode-v4"
+    assert rec["redaction"]["profile"] == profile
+
+
+def test_no_persona_strips_system_message_section_only():
+    rec = redact_record(_record(), "no_persona")
+    system = rec["conversation"][0]["content"]
+    assert system == "你是购物助手。"
+    assert rec["reset"]["user_persona"] == {}
+    assert rec["final"]["goal"]["user_persona"] == {}
+    assert set(rec["redaction"]["removed"]) == {"reset.user_persona", "conversation[system].persona_section",
+                                                "goal.user_persona"}
+
+
+def test_export_refuses_traces_jsonl_name_and_unknown_profile(tmp_path):
+    run = _run(tmp_path, [_record()])
+    with pytest.raises(ConfigError, match="must not be named traces.jsonl"):
+        export_traces(run, tmp_path / "x" / "traces.jsonl")
+    with pytest.raises(ConfigError, match="valid profiles: full, no_reasoning"):
+        export_traces(run, tmp_path / "o.jsonl", profile="secret")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_sft_export_filters_and_omits_goal(tmp_path):
+    recs = [_record(), make_trace(4, outcome="wrong_option"), make_trace(5, protocol_error_at=2),
+            make_trace(6, outcome="generation_length"), make_trace(7, split="test")]
+    run = _run(tmp_path, recs)
+    out = tmp_path / "sft.jsonl"
+    res = export_sft([run], out)
+    lines = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
+    assert [l["episode_id"] for l in lines] == ["task-000003__sample-000"]
+    assert res.skipped == 4
+    sft = lines[0]
+    assert sft["schema_version"] == "shopsimrl-sft-v1" and sft["plan_fingerprint"] == "fp-1"
+    assert sft["metadata"]["r_success"] == 1
+    assistants = [m for m in sft["messages"] if m["role"] == "assistant"]
+    assert len(assistants) == len(sft["tools_per_turn"]) == 4
+    assert all(m["tool_calls"] for m in assistants)
+    text = out.read_text(encoding="utf-8")
+    assert GOAL not in text and REASON not in text
+    export_sft([run], out, with_reasoning=True, allow_protocol_errors=True)
+    lines = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 2 and REASON in out.read_text(encoding="utf-8")
+    with_pe = [l for l in lines if l["episode_id"] == "task-000005__sample-000"][0]
+    assistants = [m for m in with_pe["messages"] if m["role"] == "assistant"]
+    assert len(assistants) == len(with_pe["tools_per_turn"]) == 5
