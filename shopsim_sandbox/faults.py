@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -135,12 +136,15 @@ class FaultInjector:
     """Deterministic per-request fault draws for one server process (thread-safe).
 
     ``decide(key)`` returns the decision for the next occurrence of ``key``. Identical key
-    sequences give identical decisions for the same config.
+    sequences give identical decisions for the same config. Occurrence counts are kept for the
+    ``max_keys`` most recently seen keys (retries follow their first attempt closely), so memory
+    stays bounded in long benchmark runs.
     """
 
-    def __init__(self, config: FaultConfig | None) -> None:
+    def __init__(self, config: FaultConfig | None, *, max_keys: int = 65536) -> None:
         self.config = config or FaultConfig()
-        self._seen: dict[str, int] = {}
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._max_keys = max_keys
         self._lock = threading.Lock()
 
     def _uniforms(self, key: str, n: int) -> list[float]:
@@ -153,8 +157,10 @@ class FaultInjector:
         if not cfg.active:
             return FaultDecision()
         with self._lock:
-            n = self._seen.get(key, 0)
+            n = self._seen.pop(key, 0)
             self._seen[key] = n + 1
+            if len(self._seen) > self._max_keys:
+                self._seen.popitem(last=False)
         u_status, u_slow, u_malformed, u_kind, u_length = self._uniforms(key, n)
         status: int | None = None
         if u_status < cfg.rate_429:

@@ -4,16 +4,19 @@ The policy plays honestly: it reads only what a model would receive — the ``me
 instruction, persona document, page observations, its own earlier tool calls) and the offered
 ``tools`` — never a private goal. Its plan per turn:
 
-* search page (``search`` offered): search with the core words of the task instruction;
-* results page: open the unvisited product whose title and key attributes share the most
-  character bigrams with the instruction and persona, preferring listings within a budget it
-  reads from the instruction; page on or go back when nothing promising is left;
-* product page: choose, axis by axis, a value the instruction or persona mentions (else the first
-  value), then ``buy now``.
+* search page (``search`` offered): search with the core words of the task instruction plus a few
+  wishes from the persona document;
+* results page: open the unopened product whose title and key attributes share the most character
+  bigrams with the instruction and persona, preferring listings within the budget it reads from
+  the instruction or persona; page on when everything listed was opened;
+* product page: go back (``< prev``) if the page lacks something the user asked for or is over
+  budget (at most ``MAX_PRODUCTS_OPENED`` products); otherwise choose, axis by axis, a value the
+  instruction or persona mentions (else the first value), then ``buy now``.
 
-A seeded "attention lapse" (per request, from the app seed and the request's ``seed``) sometimes
-makes it skip the budget check, open the runner-up or take the first option value, so its success
-rate on the synthetic catalog is informative rather than 0 or 100 %.
+Seeded lapses, drawn once per episode from the app seed, the episode's seed (the request ``seed``
+minus the turns already taken) and the task text, make it sometimes ignore the budget, take the
+first option value, buy the first product it opens, or search with the instruction's words only —
+so its success rate on the synthetic catalog is informative (about 35–45 %) rather than 0 or 100 %.
 
 Wire format follows vLLM/SGLang: ``POST /v1/chat/completions`` (JSON, or SSE chunks with
 ``stream: true``), ``GET /v1/models``, OpenAI error bodies, ``reasoning_content`` unless thinking
@@ -41,9 +44,17 @@ from shopsim_sandbox.faults import FaultConfig, FaultDecision, FaultInjector
 
 __all__ = [
     "SERVED_MODEL",
+    "Lapses",
     "PolicyAction",
+    "Transcript",
     "build_policy_app",
     "decide_action",
+    "measure_success",
+    "play_episode",
+    "read_transcript",
+    "search_query",
+    "tools_for_state",
+    "wishes",
 ]
 
 SERVED_MODEL = "shopsim-baseline-policy"
@@ -103,6 +114,9 @@ def _is_protocol_feedback(text: str) -> bool:
 def read_transcript(messages: list[Any], tools: list[Any] | None) -> Transcript:
     """Extract instruction, persona, current observation, offered tools and past actions from a request."""
     t = Transcript()
+    # Calls answered with protocol feedback were never executed: they are not past actions.
+    unexecuted = {m.get("tool_call_id") for m in messages
+                  if isinstance(m, dict) and m.get("role") == "tool" and _is_protocol_feedback(_text_of(m.get("content")))}
     first_user_seen = False
     previous_role = None
     for message in messages:
@@ -134,7 +148,7 @@ def read_transcript(messages: list[Any], tools: list[Any] | None) -> Transcript:
         elif role == "assistant":
             for call in message.get("tool_calls") or []:
                 function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict):
+                if not isinstance(function, dict) or call.get("id") in unexecuted:
                     continue
                 try:
                     args = json.loads(function.get("arguments") or "")
@@ -413,11 +427,13 @@ class _PolicyServer:
     def _complete(self, body: dict[str, Any], digest: str, fault: FaultDecision) -> _Completion:
         messages = body["messages"]
         tools = body.get("tools") if isinstance(body.get("tools"), list) and body.get("tools") else None
-        request_seed = body.get("seed") if isinstance(body.get("seed"), int) else 0
+        has_seed = isinstance(body.get("seed"), int) and not isinstance(body.get("seed"), bool)
+        request_seed = body["seed"] if has_seed else 0
         transcript = read_transcript(messages, tools)
         rng = random.Random(f"{self.seed}|{request_seed}|{transcript.instruction}|{transcript.observation}")
-        # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode.
-        episode_seed = request_seed - transcript.turns
+        # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
+        # without seeds the lapses depend on the task alone.
+        episode_seed = request_seed - transcript.turns if has_seed else None
         lapses = Lapses.draw(random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|"
                                            f"{transcript.persona_text}")) if self.lapses else Lapses()
         action = decide_action(transcript, rng, lapses)

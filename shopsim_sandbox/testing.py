@@ -3,7 +3,8 @@
     with SandboxServer(catalog_size=300, slots=8) as sandbox:
         httpx.get(sandbox.env_url + "/healthz")
         sandbox.policy_url   # OpenAI base URL ending in /v1 (None when policy=False)
-        sandbox.split_file   # persona split file of the served catalog
+        sandbox.split_file   # persona split file of the served catalog (None for a given catalog file)
+    sandbox.catalog_file # the served catalog JSON (valid while the server runs)
 
 The catalog is generated once in this process, written with its split file into a temporary
 directory and served from there, so `split_file` always describes exactly what is served.
@@ -11,7 +12,6 @@ directory and served from there, so `split_file` always describes exactly what i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from shopsim_sandbox.catalog import EXAMPLE_CATALOG_PATH
 from shopsim_sandbox.faults import FaultConfig, fault_config_to_argv
 from shopsim_sandbox.synthetic import DEFAULT_CATALOG_SIZE
 
@@ -44,7 +45,7 @@ class SandboxServer:
         self.catalog_size = catalog_size
         self.seed = seed
         self.slots = slots
-        self.policy = policy and importlib.util.find_spec("shopsim_sandbox.policy") is not None
+        self.policy = policy
         self.env_faults = env_faults
         self.policy_faults = policy_faults
         self.latency_ms = latency_ms
@@ -53,6 +54,7 @@ class SandboxServer:
         self.env_url: str = ""
         self.policy_url: str | None = None
         self.split_file: Path | None = None
+        self.catalog_file: Path | None = None
         self.served_model: str | None = None
         self._process: subprocess.Popen | None = None
         self._workdir: Path | None = None
@@ -89,6 +91,7 @@ class SandboxServer:
             catalog_file, self.split_file = write_catalog(self._workdir, self.catalog_size, self.seed)
         elif self.catalog_path is not None:
             catalog_file = self.catalog_path
+        self.catalog_file = EXAMPLE_CATALOG_PATH if self._example else catalog_file
         ready = self._workdir / "ready.json"
         log = open(self._workdir / "server.log", "wb")
         env = dict(os.environ)

@@ -83,6 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=display,
         opt_in_source="cli",
         on_start=on_start,
+        only_failed=args.only_failed,
     )
     counts = result.counts
     reward = result.summary["primary"]["reward_mean"]
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-resume", dest="resume", action="store_false", help="refuse a non-empty run directory (overrides YAML)")
     r.add_argument("--max-episode-retries", type=_non_negative, default=None, help="failed attempts retried per episode in this invocation")
     r.add_argument("--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation (retries + 1)")
+    r.add_argument("--only-failed", action="store_true", help="rerun only episodes whose latest record failed (no new episodes)")
     r.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto", help="progress display (auto: bar on a TTY)")
     r.add_argument("--quiet", action="store_true", help="no per-attempt lines")
     r.set_defaults(handler=_cmd_run)

@@ -73,7 +73,7 @@ class ExperimentConfig(_Section):
 
     @model_validator(mode="after")
     def _attempts_agree(self) -> "ExperimentConfig":
-        if "max_attempts" in self.model_fields_set and "max_episode_retries" in self.model_fields_set:
+        if self.max_attempts is not None and "max_episode_retries" in self.model_fields_set:
             if self.max_attempts != self.max_episode_retries + 1:
                 raise ValueError(
                     f"experiment.max_attempts ({self.max_attempts}) contradicts experiment.max_episode_retries "
@@ -251,6 +251,24 @@ class EvalConfig(_Section):
         if self.experiment.test_access_ledger is not None:
             return Path(self.experiment.test_access_ledger)
         return Path(self.experiment.output_dir) / "test-access.jsonl"
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "EvalConfig":
+        """A new config with *overrides* (``{section: {key: value}}``) merged in and validated again.
+
+        Relative paths in *overrides* resolve against the original YAML's folder. Used by the
+        pipeline to point one suite config at a checkpoint (name, output folder, checkpoint id).
+
+        Raises:
+            ConfigError: the merged config is invalid (same messages as ``load_config``).
+        """
+        data = self.model_dump(exclude_unset=True)
+        for section, values in overrides.items():
+            if isinstance(values, dict) and isinstance(data.get(section), dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        base_dir = self._source.parent if self._source is not None else Path.cwd()
+        return config_from_mapping(data, base_dir=base_dir, source=self._source)
 
     @property
     def model_id(self) -> str:

@@ -97,6 +97,8 @@ class ShopSimulatorClient:
         self._step_client: httpx.AsyncClient | None = None
         self._reset_client: httpx.AsyncClient | None = None
         self._closed = False
+        # resets whose episode was cancelled mid-request: finished and released before aclose (CORE-RUN)
+        self._orphan_resets: set[asyncio.Task[Any]] = set()
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -131,11 +133,32 @@ class ShopSimulatorClient:
 
     async def aclose(self) -> None:
         """Close both connection pools. Idempotent. Sessions must be closed first."""
+        if self._orphan_resets:
+            await asyncio.gather(*self._orphan_resets, return_exceptions=True)
         self._closed = True
         for client in (self._step_client, self._reset_client):
             if client is not None:
                 await client.aclose()
         self._step_client = self._reset_client = None
+
+    def _adopt_cancelled_reset(self, post: "asyncio.Future[dict[str, Any]]") -> None:
+        # The server may grant a lease for a reset whose caller was cancelled: wait for the answer
+        # in the background and release that lease, so a Ctrl-C never leaks a slot.
+        async def finish() -> None:
+            try:
+                result = await post
+            except BaseException:
+                return
+            env_idx, lease_id = result.get("env_idx"), result.get("lease_id")
+            if isinstance(env_idx, int) and isinstance(lease_id, str) and lease_id:
+                try:
+                    await self._post({"action": "release_one", "env_idx": env_idx, "lease_id": lease_id}, env_idx=env_idx)
+                except Exception as exc:
+                    logger.warning("release_one after a cancelled reset of environment %s failed: %s", env_idx, exc)
+
+        task = asyncio.ensure_future(finish())
+        self._orphan_resets.add(task)
+        task.add_done_callback(self._orphan_resets.discard)
 
     def session(self) -> "EnvironmentSession":
         """A new lease scope for one episode (no request is sent until ``reset``)."""
@@ -261,7 +284,12 @@ class EnvironmentSession:
             "include_private_goal": False,
             "interaction_mode": INTERACTION_MODE,
         }
-        result = await self.client._post(payload)
+        post = asyncio.ensure_future(self.client._post(payload))
+        try:
+            result = await asyncio.shield(post)
+        except asyncio.CancelledError:
+            self.client._adopt_cancelled_reset(post)
+            raise
         env_idx, lease_id = result.get("env_idx"), result.get("lease_id")
         if isinstance(env_idx, int) and not isinstance(env_idx, bool) and isinstance(lease_id, str) and lease_id:
             # take the lease first, so that any check failing below still releases it

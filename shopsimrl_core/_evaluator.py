@@ -164,6 +164,8 @@ async def arun_evaluation(
     on_start: Callable[[EvalPlan, RunStore, bool], Any] | None = None,
     skill_provider: Any | None = None,
     plan_blocks: dict[str, Any] | None = None,
+    only_failed: bool = False,
+    preflight: bool | None = None,
 ) -> RunResult:
     """Run (or resume) the evaluation described by *config* and write its summary.
 
@@ -177,7 +179,11 @@ async def arun_evaluation(
       - on cancellation in-flight episodes release their leases and nothing is half-written.
 
     *resume* (None = the YAML's ``experiment.resume``) and *max_attempts* are per-invocation
-    execution settings. *episode_fn* replaces ``run_episode`` (tests); *model_transport* and
+    execution settings. *only_failed* (``run --only-failed``, §22.3) attempts only episodes whose
+    latest stored record failed, leaving never-attempted ones alone. *preflight* (default: on
+    unless *episode_fn* is given) checks ``GET /healthz`` of the environment after the directory
+    checks and before anything is written, so an unreachable server is a refusal, not hundreds of
+    failed attempts. *episode_fn* replaces ``run_episode`` (tests); *model_transport* and
     *env_transport* are the httpx seams.
 
     Raises:
@@ -214,11 +220,11 @@ async def arun_evaluation(
     try:
         archived: Path | None = None
         try:
+            mode = "new" if overwrite else store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
+            if (episode_fn is None) if preflight is None else preflight:
+                await _preflight_environment(plan, env_transport)
             if overwrite:
                 archived = store.archive_existing()
-                mode = "new"
-            else:
-                mode = store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
         except BaseException:
             if not run_dir_existed:
                 store.release_lock()
@@ -295,6 +301,7 @@ async def arun_evaluation(
                 episode_fn=episode_fn,
                 model_transport=model_transport,
                 env_transport=env_transport,
+                only_failed=only_failed,
             )
         except (asyncio.CancelledError, KeyboardInterrupt):
             interrupted = True
@@ -321,6 +328,24 @@ async def arun_evaluation(
         store.release_lock()
 
 
+async def _preflight_environment(plan: EvalPlan, transport: httpx.AsyncBaseTransport | None) -> None:
+    from ._environment import ShopSimulatorClient
+    from ._errors import ShopSimulatorError
+
+    config = plan.config
+    async with ShopSimulatorClient(
+        base_url=config.environment.base_url, timeout=config.environment.timeout, persona=plan.persona, transport=transport
+    ) as env:
+        try:
+            await env.health()
+        except ShopSimulatorError as exc:
+            raise ShopSimulatorError(
+                f"{config.source_label}: environment.base_url: {exc.one_line()}; start the environment or fix the URL "
+                "(nothing was written)",
+                code="environment-unreachable",
+            ) from None
+
+
 def _remove_empty_run_dir(run_dir: Path) -> None:
     # A refusal on a directory we just created must leave nothing behind.
     try:
@@ -342,6 +367,7 @@ async def _execute(
     episode_fn: EpisodeFunction | None,
     model_transport: httpx.AsyncBaseTransport | None,
     env_transport: httpx.AsyncBaseTransport | None,
+    only_failed: bool = False,
 ) -> None:
     from ._environment import ShopSimulatorClient
     from ._model import ChatModelClient
@@ -357,10 +383,11 @@ async def _execute(
     lifetime = {job.episode_id: index.attempts(job.episode_id) for job in plan.jobs}
     complete = {job.episode_id: index.is_complete(job.episode_id) for job in plan.jobs}
     this_invocation = {job.episode_id: 0 for job in plan.jobs}
+    eligible = {job.episode_id for job in plan.jobs if not only_failed or lifetime[job.episode_id] > 0}
 
     def may_attempt(job: EpisodeJob) -> bool:
         eid = job.episode_id
-        if complete[eid] or this_invocation[eid] >= attempts_cap:
+        if eid not in eligible or complete[eid] or this_invocation[eid] >= attempts_cap:
             return False
         return total_cap is None or lifetime[eid] < total_cap
 
@@ -434,7 +461,10 @@ async def _execute(
                 await asyncio.gather(*workers)
             except BaseException:
                 for task in workers:
-                    task.cancel()
+                    # Cancel once only: a second cancel would interrupt an episode's shielded lease
+                    # release, and the client pool closes right after this block.
+                    if not task.done() and not task.cancelling():
+                        task.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
                 raise
 

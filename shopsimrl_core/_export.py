@@ -360,6 +360,32 @@ def _cmd_gate_a(args: argparse.Namespace) -> int:
     return 0 if result.status == "complete" else 1
 
 
+def _cmd_pool(args: argparse.Namespace) -> int:
+    from ._gate import build_candidate_pool
+    from ._hashing import write_json_atomic
+    from ._skills import load_skillbank
+
+    candidates = json.loads(Path(args.candidates).read_text(encoding="utf-8"))
+    pool = build_candidate_pool(load_skillbank(args.active_bank), candidates, round_id=args.round_id,
+                                proposal_checkpoint=args.proposal_checkpoint, max_candidates=args.max_candidates)
+    write_json_atomic(args.out, pool)
+    _print({"path": str(args.out), "pool_sha256": pool["pool_sha256"],
+            "candidates": [(c["candidate_id"], c["operation"], c["target_chunk_id"]) for c in pool["candidates"]]})
+    return 0
+
+
+def _cmd_online_gate(args: argparse.Namespace) -> int:
+    from ._gate import OnlineGateConfig, run_online_gate
+
+    result = run_online_gate(OnlineGateConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
+                                              bare_run_dir=Path(args.bare_run_dir), candidate_pool_path=Path(args.pool),
+                                              mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
+                                              bootstrap_samples=args.bootstrap_samples))
+    _print({"status": result.status, "selected_intervention_ids": result.selected_chunk_ids,
+            "selected_skillbank": str(result.selected_skillbank_path) if result.selected_skillbank_path else None})
+    return 0 if result.status == "complete" else 1
+
+
 def _cmd_snapshot(args: argparse.Namespace) -> int:
     from ._skillbank_build import snapshot_skillbank
     from ._skills import load_skillbank
@@ -372,8 +398,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 def register_export_cli(subparsers: Any) -> None:
     """Register the skills-layer verbs on the ``shopsimrl`` parser.
 
-    ``export traces|sft`` (spec §22.7, §22.8), ``labels``, ``candidates``, ``gate-a`` and
-    ``snapshot``. Each sets ``handler`` (parsed args -> exit code), as ``_cli`` expects.
+    ``export traces|sft`` (spec §22.7, §22.8), ``labels``, ``candidates``, ``gate-a``,
+    ``candidate-pool``, ``online-gate`` and ``snapshot``. Each sets ``handler`` (parsed args -> exit code), as ``_cli`` expects.
     """
     export = subparsers.add_parser("export", help="export traces with a redaction profile, or an SFT dataset")
     verbs = export.add_subparsers(dest="export_kind", required=True, metavar="KIND")
@@ -414,6 +440,25 @@ def register_export_cli(subparsers: Any) -> None:
     g.add_argument("--active-skill-budget", type=int, default=None)
     g.add_argument("--bootstrap-samples", type=int, default=1000)
     g.set_defaults(handler=_cmd_gate_a)
+
+    pl = subparsers.add_parser("candidate-pool", help="ADD/REWRITE candidate pool against an active SkillBank")
+    pl.add_argument("active_bank")
+    pl.add_argument("candidates", help="skill_candidates.json")
+    pl.add_argument("out")
+    pl.add_argument("--round-id", required=True)
+    pl.add_argument("--proposal-checkpoint", required=True)
+    pl.add_argument("--max-candidates", type=int, default=6)
+    pl.set_defaults(handler=_cmd_pool)
+
+    og = subparsers.add_parser("online-gate", help="paired validation of a candidate pool; writes the next active bank")
+    og.add_argument("experiment_config", help="bare val evaluation YAML with model.checkpoint_id")
+    og.add_argument("bare_run_dir")
+    og.add_argument("pool")
+    og.add_argument("output_dir")
+    og.add_argument("--mask-seed", type=int, default=20260901)
+    og.add_argument("--active-skill-budget", type=int, default=10)
+    og.add_argument("--bootstrap-samples", type=int, default=1000)
+    og.set_defaults(handler=_cmd_online_gate)
 
     sn = subparsers.add_parser("snapshot", help="write an immutable skillbank-<sha256>.json of a SkillBank")
     sn.add_argument("bank")

@@ -11,6 +11,11 @@ select, so the selection rule stays the legacy one).
 
 Resumable: the masked run is an ordinary run directory (``output_dir``), so rerunning the gate
 reruns only incomplete episodes; the assignment file is reused when identical and refused when not.
+
+The online gate (spec §17) reuses the same pairing and estimator on a candidate pool of ``ADD`` and
+``REWRITE`` proposals against the active bank: each current chunk is a slot showing absent, its old
+version or one rewrite (mutually exclusive), each ``ADD`` a singleton slot; rewrite winners keep
+their target's id in the next active bank.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ __all__ = [
     "pair_observations",
     "select_chunks",
     "run_gate_a",
+    "build_candidate_pool",
+    "validate_pool",
+    "online_slots",
+    "build_online_assignments",
+    "OnlineAssignedSkills",
+    "select_online",
+    "OnlineGateConfig",
+    "run_online_gate",
 ]
 
 MASK_PROBABILITY = 0.5
@@ -658,3 +671,375 @@ def _write_contributions_csv(path: Path, contributions: list[dict[str, Any]], au
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(buffer.getvalue(), encoding="utf-8")
     tmp.replace(path)
+
+
+# =========================================================================== online gate (spec §17)
+
+ONLINE_POOL_MAX_DEFAULT = 6
+
+
+def build_candidate_pool(
+    active_bank: dict[str, Any],
+    candidates: dict[str, Any],
+    *,
+    round_id: str,
+    proposal_checkpoint: str,
+    max_candidates: int = ONLINE_POOL_MAX_DEFAULT,
+) -> dict[str, Any]:
+    """A ``shopsimrl-skill-candidate-pool-v1`` pool from the active bank and a candidates document.
+
+    Accepted candidates become ``REWRITE`` of the active chunk mined from the same failure label
+    (``metadata.source_label``) and ``ADD`` otherwise; candidates whose content is already active
+    are skipped. At most *max_candidates*, in candidates-document order; ids ``cand-001`` ….
+    """
+    from ._versions import CANDIDATE_POOL_SCHEMA
+
+    current = [s for s in active_bank.get("skills", []) if s.get("enabled") is not False]
+    current_skills = [{"skill_id": s["skill_id"], "version": str(s.get("version", "1")), "content": s["content"],
+                       "metadata": dict(s.get("metadata") or {})} for s in current]
+    by_label = {}
+    for s in current_skills:
+        label = s["metadata"].get("source_label")
+        if label and label not in by_label:
+            by_label[label] = s["skill_id"]
+    active_contents = {s["content"] for s in current_skills}
+    pool_candidates = []
+    for cand in candidates.get("candidates", []):
+        if cand.get("status") != "accepted" or cand["content"] in active_contents:
+            continue
+        if len(pool_candidates) >= max_candidates:
+            break
+        target = by_label.get(cand.get("source_label"))
+        pool_candidates.append({
+            "candidate_id": f"cand-{len(pool_candidates) + 1:03d}",
+            "operation": "REWRITE" if target else "ADD",
+            "target_chunk_id": target,
+            "content": cand["content"],
+            "version": "candidate",
+            "metadata": {"source_label": cand.get("source_label"), "source_candidate_id": cand.get("candidate_id"),
+                         "evidence_cluster_ids": cand.get("evidence_cluster_ids", [])},
+        })
+    core = {"schema_version": CANDIDATE_POOL_SCHEMA, "round_id": round_id, "proposal_checkpoint": proposal_checkpoint,
+            "current_skillbank_sha256": fingerprint(active_bank), "current_skills": current_skills,
+            "candidates": pool_candidates}
+    return {**core, "created_at": _now(), "pool_sha256": fingerprint(core)}
+
+
+def validate_pool(pool: dict[str, Any], source: str = "<pool>") -> None:
+    """Pool validation of spec §17.1.
+
+    Raises:
+        SkillError (``pool-invalid``): the first violated rule.
+    """
+    def bad(message: str) -> SkillError:
+        return _gate_error(f"{source}: {message}", code="pool-invalid")
+
+    core = {k: v for k, v in pool.items() if k not in ("created_at", "pool_sha256")}
+    if pool.get("pool_sha256") != fingerprint(core):
+        raise bad("pool_sha256 does not match the pool's contents")
+    ids = [s.get("skill_id") for s in pool.get("current_skills", [])]
+    if len(set(ids)) != len(ids) or not all(isinstance(s.get("content"), str) and s["content"].strip()
+                                              for s in pool.get("current_skills", [])):
+        raise bad("current_skills ids must be unique with non-blank content")
+    cids = [c.get("candidate_id") for c in pool.get("candidates", [])]
+    if len(set(cids)) != len(cids) or set(cids) & set(ids):
+        raise bad("candidate ids must be unique and differ from active ids")
+    for c in pool.get("candidates", []):
+        if c.get("operation") not in ("ADD", "REWRITE") or not isinstance(c.get("content"), str) or not c["content"].strip():
+            raise bad(f"candidate {c.get('candidate_id')}: operation must be ADD or REWRITE with non-blank content")
+        if c["operation"] == "ADD" and c.get("target_chunk_id"):
+            raise bad(f"candidate {c['candidate_id']}: ADD must have no target")
+        if c["operation"] == "REWRITE" and c.get("target_chunk_id") not in ids:
+            raise bad(f"candidate {c['candidate_id']}: REWRITE must target an active chunk id")
+
+
+def online_slots(pool: dict[str, Any]) -> list[dict[str, Any]]:
+    """Slots of spec §17.2: each current chunk (old version, then its rewrites by candidate id),
+    then each ADD candidate as a singleton slot, in candidate-id order."""
+    rewrites: dict[str, list[str]] = {}
+    adds: list[str] = []
+    for c in sorted(pool["candidates"], key=lambda c: c["candidate_id"]):
+        if c["operation"] == "REWRITE":
+            rewrites.setdefault(c["target_chunk_id"], []).append(c["candidate_id"])
+        else:
+            adds.append(c["candidate_id"])
+    slots = [{"slot_id": s["skill_id"], "old_version_id": s["skill_id"], "versions": [s["skill_id"]] + rewrites.get(s["skill_id"], [])}
+             for s in pool["current_skills"]]
+    slots += [{"slot_id": cid, "old_version_id": None, "versions": [cid]} for cid in adds]
+    return slots
+
+
+def build_online_assignments(jobs: Sequence[Any], pool: dict[str, Any], *, mask_seed: int) -> dict[str, Any]:
+    """The ``shopsimrl-online-skill-assignments-v1`` document: one uniform state per slot and episode
+    (absent or exactly one version), drawn as ``u64_be(SHA-256(...:{slot_id})[0:8]) mod (versions + 1)``."""
+    from ._versions import ONLINE_ASSIGNMENTS_SCHEMA
+
+    slots = online_slots(pool)
+    columns = [v for slot in slots for v in slot["versions"]]
+    assignments = []
+    for job in jobs:
+        states: dict[str, str | None] = {}
+        included: list[str] = []
+        for slot in slots:
+            k = mask_draw(mask_seed, job.split, job.task_id, job.sample_id, slot["slot_id"]) % (len(slot["versions"]) + 1)
+            chosen = slot["versions"][k - 1] if k else None
+            states[slot["slot_id"]] = chosen
+            if chosen is not None:
+                included.append(chosen)
+        assignments.append({"episode_id": job.episode_id, "task_id": job.task_id, "sample_id": job.sample_id,
+                            "seed": job.seed, "split": job.split, "mask": [1 if c in included else 0 for c in columns],
+                            "included_chunk_ids": included, "slot_states": states})
+    core = {"mask_seed": mask_seed, "pool_sha256": pool["pool_sha256"], "columns": columns, "slots": slots,
+            "assignments": assignments}
+    return {"schema_version": ONLINE_ASSIGNMENTS_SCHEMA, "created_at": _now(), **core,
+            "assignment_sha256": fingerprint(core)}
+
+
+class OnlineAssignedSkills:
+    """``SkillProvider`` for the online gate: each episode's chosen versions, in slot order (§11.4)."""
+
+    def __init__(self, pool: dict[str, Any], assignments: dict[str, Any]) -> None:
+        self._records = {s["skill_id"]: s for s in pool["current_skills"]}
+        for c in pool["candidates"]:
+            self._records[c["candidate_id"]] = {"skill_id": c["candidate_id"], "version": c.get("version", "candidate"),
+                                                "content": c["content"], "metadata": dict(c.get("metadata") or {})}
+        self._lookup = {(a["split"], a["task_id"], a["sample_id"]): list(a["included_chunk_ids"])
+                        for a in assignments["assignments"]}
+        self._identity = {
+            "provider": "assigned_json_skillbank",
+            "bank": {"provider": "online_intervention_bank", "pool_sha256": pool["pool_sha256"],
+                     "skill_ids": list(assignments["columns"])},
+            "assignment": {"schema_version": assignments["schema_version"], "pool_sha256": pool["pool_sha256"],
+                           "assignment_sha256": assignments["assignment_sha256"], "mask_seed": assignments["mask_seed"]},
+        }
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._identity))
+
+    def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
+        """The chosen versions of this episode (spec §11.1 records, ``selection_scope: global``)."""
+        from ._skills import skill_record
+
+        key = (context.get("split"), context.get("task_id"), context.get("sample_id"))
+        if key not in self._lookup:
+            raise _gate_error(f"no online assignment for episode {key}; rebuild mask_assignments.json for this plan")
+        return [skill_record(self._records[i], "global") for i in self._lookup[key]]
+
+
+def select_online(
+    coefficients: dict[str, float], pool: dict[str, Any], slots: Sequence[dict[str, Any]], budget: int
+) -> dict[str, Any]:
+    """Selection with ADD and REWRITE (spec §17.3): rewrite winners, then strictly positive top K.
+
+    Returns ``{"status", "rank", "winners", "selected" (ordered by (order, logical id)), "logical",
+    "order"}`` keyed by intervention id.
+    """
+    candidates = {c["candidate_id"]: c for c in pool["candidates"]}
+    current_ids = [s["skill_id"] for s in pool["current_skills"]]
+    logical: dict[str, str] = {}
+    order: dict[str, int] = {}
+    for position, sid in enumerate(current_ids, start=1):
+        logical[sid], order[sid] = sid, position
+    adds = sorted(c for c in candidates if candidates[c]["operation"] == "ADD")
+    for cid, c in candidates.items():
+        if c["operation"] == "REWRITE":
+            logical[cid], order[cid] = c["target_chunk_id"], order[c["target_chunk_id"]]
+    for offset, cid in enumerate(adds, start=1):
+        logical[cid], order[cid] = cid, len(current_ids) + offset
+    status: dict[str, str] = {}
+    winners: dict[str, str] = {}
+    survivors: list[str] = []
+    for slot in slots:
+        versions = slot["versions"]
+        if len(versions) == 1:
+            survivors.append(versions[0])
+            continue
+        winner = max(versions, key=lambda v: (coefficients[v], v == slot["old_version_id"], -versions.index(v)))
+        winners[slot["slot_id"]] = winner
+        survivors.append(winner)
+        for v in versions:
+            if v != winner:
+                status[v] = "rewrite_loser"
+    ranked = sorted(survivors, key=lambda v: (-coefficients[v], v))
+    rank = {v: i for i, v in enumerate(ranked, start=1)}
+    chosen = [v for v in ranked if coefficients[v] > 0][:budget]
+    for v in survivors:
+        if v in chosen:
+            status[v] = "selected"
+        elif v in current_ids:
+            status[v] = "retired"
+        else:
+            status[v] = "non_positive" if coefficients[v] <= 0 else "budget_excluded"
+    selected = sorted(chosen, key=lambda v: (order[v], logical[v]))
+    return {"status": status, "rank": rank, "winners": winners, "selected": selected, "logical": logical, "order": order}
+
+
+@dataclass
+class OnlineGateConfig:
+    """Online gate settings (spec §17.1; ``bootstrap_*`` are this project's additions)."""
+
+    output_dir: Path
+    experiment_config: Path
+    bare_run_dir: Path
+    candidate_pool_path: Path
+    mask_seed: int = 20260901
+    active_skill_budget: int = 10
+    bootstrap_samples: int = 1000
+    bootstrap_seed: int = 20260901
+    confidence_level: float = 0.95
+    name: str = "trace2skill-online-gate"
+
+
+def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None, **run_kwargs: Any) -> GateAResult:
+    """Run (or resume) the online validation gate of spec §17 and write its outputs.
+
+    Same paired design as Gate A, with rewrite slots (absent / old / one rewrite, mutually
+    exclusive). Writes ``mask_assignments.json``, the masked run, ``contributions.json``,
+    ``proposal_ledger.jsonl``, ``selected_skillbank.json`` (``online-<round>-selected-v1``),
+    ``selected_skill.md`` and ``online_gate_manifest.json``.
+
+    Raises:
+        SkillError: pool, config, preflight, design or pairing problems (spec messages).
+    """
+    from ._config import load_config
+    from ._plan import build_plan
+    from ._versions import ONLINE_CONTRIBUTIONS_SCHEMA, ONLINE_GATE_MANIFEST_SCHEMA
+
+    out = Path(settings.output_dir)
+    config = load_config(settings.experiment_config)
+    if config.tasks.split != "val" or config.tasks.repeats != 1 or config.tasks.sample_size is not None \
+            or config.skills.path is not None:
+        raise _gate_error(f"{settings.experiment_config}: a gate config needs split val, repeats 1, sample_size null "
+                          "and skills.path null (the gate owns skill injection)", code="gate-config")
+    if not config.model.checkpoint_id:
+        raise _gate_error(f"{settings.experiment_config}: the online gate requires model.checkpoint_id", code="gate-config")
+    if settings.active_skill_budget < 1:
+        raise _gate_error("online_gate.active_skill_budget must be >= 1", code="gate-config")
+    config = config.model_copy(update={"experiment": config.experiment.model_copy(
+        update={"name": out.name, "output_dir": str(out.parent)})})
+    pool = _load_json(Path(settings.candidate_pool_path), "candidate pool")
+    validate_pool(pool, str(settings.candidate_pool_path))
+    plan = build_plan(config)
+    baseline = preflight_bare_run(settings.bare_run_dir, plan.semantic, send_seed=config.model.send_seed)
+    assignments = build_online_assignments(plan.jobs, pool, mask_seed=settings.mask_seed)
+    assignment_path = out / "mask_assignments.json"
+    if assignment_path.exists():
+        existing = _load_json(assignment_path, "mask assignments")
+        if existing.get("assignment_sha256") != assignments["assignment_sha256"]:
+            raise _gate_error(f"{assignment_path}: belongs to another pool, seed or job list; use a new gate output_dir",
+                              code="gate-resume-mismatch")
+        assignments = existing
+    check_design([a["mask"] for a in assignments["assignments"]])
+    out.mkdir(parents=True, exist_ok=True)
+    if not assignment_path.exists():
+        write_json_atomic(assignment_path, assignments)
+    semantic_baseline = {k: v for k, v in baseline.digest.items() if k != "run_dir"}
+    block = {"online_validation_gate": {"estimator": PAIRED_ESTIMATOR_NAME, "bare_baseline": semantic_baseline,
+                                        "pool_sha256": pool["pool_sha256"],
+                                        "assignment_sha256": assignments["assignment_sha256"],
+                                        "active_skill_budget": settings.active_skill_budget,
+                                        "rewrite_treatment": "mutually_exclusive_absent_old_new"}}
+    if runner is None:
+        from ._evaluator import run_evaluation as runner  # type: ignore[no-redef]
+    result = runner(config, skill_provider=OnlineAssignedSkills(pool, assignments), plan_blocks=block, **run_kwargs)
+    counts = result.summary.get("counts", {})
+    manifest: dict[str, Any] = {
+        "schema_version": ONLINE_GATE_MANIFEST_SCHEMA, "created_at": _now(), "status": "incomplete",
+        "config": {"name": settings.name, "output_dir": str(out), "experiment_config": str(settings.experiment_config),
+                   "bare_run_dir": str(settings.bare_run_dir), "candidate_pool_path": str(settings.candidate_pool_path),
+                   "mask_seed": settings.mask_seed, "active_skill_budget": settings.active_skill_budget},
+        "protocol": {"split": "val", "masking": "uniform_absent_or_one_version_per_logical_slot",
+                     "rewrite_treatment": "mutually_exclusive_absent_old_new",
+                     "selection": "replacement_winner_then_strictly_positive_top_k",
+                     "estimator": PAIRED_ESTIMATOR_NAME, "formula": PAIRED_ESTIMATOR_FORMULA},
+        "input": {"pool_sha256": pool["pool_sha256"], "assignment_sha256": assignments["assignment_sha256"],
+                  "round_id": pool.get("round_id"), "proposal_checkpoint": pool.get("proposal_checkpoint"),
+                  "evaluation_checkpoint": config.model.checkpoint_id, "bare_baseline": baseline.digest},
+        "summary": result.summary, "output": {},
+    }
+    manifest_path = out / "online_gate_manifest.json"
+    if counts.get("failed") or counts.get("coverage") != 1.0:
+        write_json_atomic(manifest_path, manifest)
+        return GateAResult(status="incomplete", output_dir=out, manifest_path=manifest_path, masked_run=result)
+
+    treated = read_validation_traces(out / "traces.jsonl")
+    rows = pair_observations(assignments, treated, baseline.traces)
+    for row, a in zip(rows, assignments["assignments"]):
+        row["slot_states"] = a["slot_states"]
+    columns = assignments["columns"]
+    estimates = estimate(rows, columns, bootstrap_samples=settings.bootstrap_samples,
+                         bootstrap_seed=settings.bootstrap_seed, confidence_level=settings.confidence_level)
+    coefficients = estimates["reward"]["coefficients"]
+    choice = select_online(coefficients, pool, assignments["slots"], settings.active_skill_budget)
+    candidates = {c["candidate_id"]: c for c in pool["candidates"]}
+    current = {s["skill_id"]: s for s in pool["current_skills"]}
+    aux = [m for m in estimates if m != "reward"]
+    contributions = []
+    for v in columns:
+        contributions.append({
+            "intervention_id": v, "kind": "current" if v in current else "candidate",
+            "logical_chunk_id": choice["logical"][v],
+            "operation": "KEEP" if v in current else candidates[v]["operation"], "order": choice["order"][v],
+            "coefficient": coefficients[v], "rank": choice["rank"].get(v), "status": choice["status"][v],
+            "auxiliary_coefficients": {m: estimates[m]["coefficients"][v] for m in aux},
+            "confidence_interval": estimates["reward"].get("confidence_intervals", {}).get(v),
+        })
+    estimator = {"name": PAIRED_ESTIMATOR_NAME, "formula": PAIRED_ESTIMATOR_FORMULA, "fit_intercept": False,
+                 "baseline": "same_task_bare_validation", "primary_outcome": "reward",
+                 "rewrite_rule": "mutually_exclusive_family_argmax_old_on_tie",
+                 "selection_rule": "rewrite_winners_then_strictly_positive_top_k", "numerical_zero_tolerance": 1e-12}
+    contrib_doc = {
+        "schema_version": ONLINE_CONTRIBUTIONS_SCHEMA, "created_at": _now(), "estimator": estimator,
+        "pool_sha256": pool["pool_sha256"], "assignment_sha256": assignments["assignment_sha256"],
+        "observations": len(rows), "active_skill_budget": settings.active_skill_budget,
+        "selected_intervention_ids": choice["selected"], "selected_count": len(choice["selected"]),
+        "replacement_winners": choice["winners"], "estimates": estimates, "contributions": contributions,
+        "observations_table": rows, "bare_baseline": baseline.digest,
+    }
+    write_json_atomic(out / "contributions.json", contrib_doc)
+
+    from ._skillbank_build import build_skillbank
+
+    records = []
+    for v in choice["selected"]:
+        source = current[v] if v in current else candidates[v]
+        meta = dict(source.get("metadata") or {})
+        meta.update({"validation_result": "selected", "estimated_effect": coefficients[v],
+                     "contribution_rank": choice["rank"][v], "selected_intervention_id": v,
+                     "confidence_interval": estimates["reward"].get("confidence_intervals", {}).get(v)})
+        records.append({"skill_id": choice["logical"][v],
+                        "version": str(source.get("version", "1" if v in current else "candidate")),
+                        "enabled": True, "content": source["content"], "metadata": meta})
+    round_id = pool.get("round_id") or "round"
+    bank = build_skillbank(records, bank_version=f"online-{round_id}-selected-v1", metadata={
+        "round_id": round_id, "proposal_checkpoint": pool.get("proposal_checkpoint"), "pool_sha256": pool["pool_sha256"],
+        "assignment_sha256": assignments["assignment_sha256"], "active_skill_budget": settings.active_skill_budget,
+        "selected_count": len(choice["selected"]), "selected_intervention_ids": choice["selected"],
+        "estimator": estimator, "bare_baseline": semantic_baseline})
+    bank_out = write_json_atomic(out / "selected_skillbank.json", bank)
+    body = "\n\n".join(r["content"] for r in records) or "_The online gate found no strictly positive chunks._"
+    md = f"# Online skills {round_id}\n\n> Active bank selected by the online gate.\n\n{body}\n"
+    (out / ".selected_skill.md.tmp").write_text(md, encoding="utf-8")
+    (out / ".selected_skill.md.tmp").replace(out / "selected_skill.md")
+    ledger = io.StringIO()
+    for c in pool["candidates"]:
+        v = c["candidate_id"]
+        ledger.write(json.dumps({
+            "candidate_id": v, "operation": c["operation"], "target_chunk_id": c.get("target_chunk_id"),
+            "failure_mechanism": (c.get("metadata") or {}).get("source_label"), "stage": "online",
+            "proposal_checkpoint": pool.get("proposal_checkpoint"), "evaluation_checkpoint": config.model.checkpoint_id,
+            "validation_estimator": PAIRED_ESTIMATOR_NAME,
+            "bare_validation_observations_sha256": baseline.digest["observations_sha256"], "intervention_id": v,
+            "validation_result": choice["status"][v], "estimated_effect": coefficients[v],
+            "contribution_rank": choice["rank"].get(v), "pool_sha256": pool["pool_sha256"],
+            "assignment_sha256": assignments["assignment_sha256"], "content": c["content"]}, ensure_ascii=False) + "\n")
+    (out / ".proposal_ledger.jsonl.tmp").write_text(ledger.getvalue(), encoding="utf-8")
+    (out / ".proposal_ledger.jsonl.tmp").replace(out / "proposal_ledger.jsonl")
+    manifest["status"] = "complete"
+    manifest["output"] = {"contributions_sha256": fingerprint(contrib_doc), "selected_skillbank_sha256": fingerprint(bank),
+                          "selected_intervention_ids": choice["selected"]}
+    write_json_atomic(manifest_path, manifest)
+    return GateAResult(status="complete", output_dir=out, selected_chunk_ids=choice["selected"],
+                       contributions=contrib_doc, selected_skillbank_path=bank_out, manifest_path=manifest_path,
+                       masked_run=result)

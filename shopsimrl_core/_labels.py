@@ -460,14 +460,28 @@ def label_run(run_dir: str | os.PathLike[str], *, out_path: str | os.PathLike[st
 
     Raises:
         TraceFormatError: no traces file in the run directory.
+        RunLockedError: another process (a running evaluation) holds the run directory.
     """
+    from ._store import RunStore
+
     run = Path(run_dir)
     traces = run / "traces.jsonl"
-    df = label_records(iter_latest_records(traces))
+    if not traces.is_file():
+        raise TraceFormatError(f"{traces}: traces file not found; run the evaluation first", path=str(traces))
     target = Path(out_path) if out_path is not None else run / "labels.parquet"
-    traces_sha = sha256_file(traces)
-    _write_parquet_atomic(df, target, {"schema_version": EPISODE_LABELS_SCHEMA, "labeler_version": LABELER_VERSION,
-                                        "traces_sha256": traces_sha})
+    store = RunStore(run)
+    # Writing into the run directory makes this a writer (spec §22.4): never label a run mid-flight.
+    inside = target.resolve().parent == run.resolve()
+    if inside:
+        store.acquire_lock(f"labels-{os.getpid()}")
+    try:
+        df = label_records(iter_latest_records(traces))
+        traces_sha = sha256_file(traces)
+        _write_parquet_atomic(df, target, {"schema_version": EPISODE_LABELS_SCHEMA, "labeler_version": LABELER_VERSION,
+                                            "traces_sha256": traces_sha})
+    finally:
+        if inside:
+            store.release_lock()
     return LabelTable(path=target, sha256=sha256_file(target), episodes=df.height, traces_sha256=traces_sha,
                       distribution=label_distribution(df))
 
@@ -506,8 +520,6 @@ def read_labels(path: str | os.PathLike[str]) -> "Any":
 
 def label_distribution(df: Any) -> dict[str, Any]:
     """Headline counts of a labels table: outcomes, behaviour flags, invalid reasons, protocol codes."""
-    import polars as pl
-
     n = df.height
     outcomes = {k: v for k, v in sorted(Counter(df.get_column("outcome").to_list()).items())}
     reasons = Counter(r for rs in df.get_column("invalid_action_reasons").to_list() for r in rs)
@@ -526,4 +538,4 @@ def label_distribution(df: Any) -> dict[str, Any]:
         "protocol_error_codes": dict(sorted(codes.items())),
         "budget_status": dict(sorted(budget.items())),
         "splits": dict(sorted(Counter(str(s) for s in df.get_column("split").to_list()).items())),
-    } if isinstance(df, pl.DataFrame) else {}
+    }

@@ -487,8 +487,7 @@ class ChatModelClient:
                 text = (await response.aread()).decode("utf-8", errors="replace")
                 self._check_status(response.status_code, text)
             assembler = StreamAssembler()
+            # read to the end even after [DONE] so the connection goes back to the pool
             async for line in response.aiter_lines():
                 assembler.feed_line(line)
-                if assembler.done:
-                    break
         return validate_completion(assembler.body(), offered)

@@ -222,7 +222,7 @@ def rollout_traces(
             progress=log_progress,
             allow_test_split=allow_test,
             allow_test_rerun=is_true(context.run.tags.get(ALLOW_TEST_RERUN_TAG)),
-            opt_in_source=f"dagster run {context.run_id} ({ALLOW_TEST_SPLIT_TAG}=true)",
+            opt_in_source=f"dagster run {context.run.run_id} ({ALLOW_TEST_SPLIT_TAG}=true)",
         )
     wall_s = time.monotonic() - started
     summary = result.summary

@@ -1,5 +1,6 @@
-"""One job per evaluation suite: ``evaluate_<suite>`` materializes rollout → summary → comparison
-for one checkpoint partition and tags the run with its suite.
+"""One job per evaluation suite: ``evaluate_<suite>`` materializes, for one checkpoint partition,
+``rollout_traces`` and everything below it (summary, comparison, and the per-checkpoint skill assets
+the location adds), and tags the run with its suite.
 
 The unpartitioned ``frozen_split`` and ``job_plan`` stay out of these jobs (they would otherwise
 re-run in every partition run); materialize them once, or let ``evaluate_all`` do it.
@@ -15,6 +16,7 @@ from ..settings import PipelineSettings, load_pipeline_settings
 __all__ = ["EVALUATION_ASSETS", "evaluation_job_name", "build_evaluation_jobs", "evaluation_jobs"]
 
 EVALUATION_ASSETS = ("rollout_traces", "eval_summary", "checkpoint_comparison")
+"""The evaluation lineage proper; the jobs select these and everything downstream of them."""
 # Sensors and schedules must target the very job objects the location defines; one build per settings file.
 _BUILT: dict[tuple[str, tuple[str, ...]], dict[str, dg.UnresolvedAssetJobDefinition]] = {}
 
@@ -29,7 +31,7 @@ def build_evaluation_jobs(settings: PipelineSettings) -> list[dg.UnresolvedAsset
     jobs = [
         dg.define_asset_job(
             evaluation_job_name(name),
-            selection=dg.AssetSelection.assets(*EVALUATION_ASSETS),
+            selection=dg.AssetSelection.assets(*EVALUATION_ASSETS).downstream(),
             description=f"Evaluate one checkpoint on suite {name!r} ({suite.split} split). {suite.purpose}".strip(),
             run_tags={SUITE_TAG: name},
         )

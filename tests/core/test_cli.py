@@ -103,3 +103,11 @@ def test_core_never_imports_dagster() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_unreachable_environment_is_a_refusal(tmp_path: Path) -> None:
+    small_splits(tmp_path)
+    config = write_config(tmp_path)  # environment at 127.0.0.1:9: nothing listens there
+    done = _cli("run", str(config))
+    assert done.returncode == 2 and "error[environment-unreachable]" in done.stderr
+    assert not (tmp_path / "runs" / "exp").exists()

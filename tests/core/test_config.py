@@ -123,3 +123,14 @@ def test_dotenv_rules_never_override(tmp_path: Path) -> None:
     applied = apply_dotenv(env_file, environ)
     assert environ == {"A_KEY": "quoted value", "B_KEY": "x", "C_KEY": "from-shell"}
     assert applied == ["A_KEY", "B_KEY"]
+
+
+def test_with_overrides_revalidates(tmp_path: Path) -> None:
+    small_splits(tmp_path)
+    config = load_config(write_config(tmp_path, overrides={"experiment": {"max_attempts": 2}}))
+    other = config.with_overrides({"experiment": {"name": "ckpt 7", "output_dir": "suite"}, "model": {"checkpoint_id": "ckpt-7"}})
+    assert other.run_dir == tmp_path / "suite" / "ckpt-7" and other.model.checkpoint_id == "ckpt-7"
+    assert other.split_file_path == config.split_file_path and other.experiment.attempts_per_invocation == 2
+    assert config.model.checkpoint_id is None  # the original is untouched
+    with pytest.raises(ConfigError, match="model.temperature: must be <= 2"):
+        config.with_overrides({"model": {"temperature": 9}})

@@ -195,3 +195,27 @@ def test_blocked_reset_does_not_starve_a_running_episode():
         records = asyncio.run(go())
         assert all(is_complete(r) for r in records)
         assert free_slots(server.env_url) == 1
+
+
+def test_cancelling_a_blocked_reset_does_not_leak_its_slot():
+    """Ctrl-C while a reset waits for a slot: the server may lease a slot to that reset after the
+    cancellation; the runtime must wait for that answer and release the lease."""
+    with SandboxServer(catalog_size=200, slots=1, policy=False) as server:
+        started = asyncio.Event()
+
+        async def stuck(request: httpx.Request) -> httpx.Response:
+            started.set()
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable")
+
+        async def go():
+            jobs = plan_jobs(split_ids(server.split_file, "val")[:2], split="val", experiment_seed=5)
+            task = asyncio.create_task(run_jobs(server.env_url, None, None, jobs, model_transport=httpx.MockTransport(stuck)))
+            await started.wait()
+            await asyncio.sleep(0.2)  # the second episode's reset is now blocked in the server
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(go())
+        assert free_slots(server.env_url) == 1

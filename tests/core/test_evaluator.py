@@ -155,3 +155,17 @@ def test_cancellation_stops_cleanly(tmp_path: Path) -> None:
     store.release_lock()
     resumed = run_evaluation(config, episode_fn=FakeEpisodes())
     assert resumed.counts["completed"] == 5 and len(_lines(config.run_dir)) == 5
+
+
+def test_only_failed_reruns_failed_episodes_only(tmp_path: Path) -> None:
+    config = _config(tmp_path, tasks={"split": "train"}, experiment={"max_episode_retries": 0})
+    fake = FakeEpisodes({"task-000002__sample-000": ["fail", "ok"]})
+    run_evaluation(config, episode_fn=fake, max_attempts=1)
+    # a new task appears only through replanning; --only-failed touches the failed one alone
+    store = RunStore(config.run_dir)
+    lines = (config.run_dir / "traces.jsonl").read_text(encoding="utf-8").splitlines()
+    (config.run_dir / "traces.jsonl").write_text("\n".join(l for l in lines if "task-000007" not in l) + "\n", encoding="utf-8")
+    fake.calls.clear()
+    result = run_evaluation(config, episode_fn=fake, only_failed=True)
+    assert fake.calls == ["task-000002__sample-000"]
+    assert result.counts["completed"] == 3 and not store.index().is_complete("task-000007__sample-000")

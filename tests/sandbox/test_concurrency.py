@@ -48,7 +48,7 @@ def test_64_concurrent_leased_episodes_release_every_slot() -> None:
     with SandboxServer(catalog_size=400, slots=SLOTS, policy=False) as server:
         from shopsim_sandbox.catalog import load_catalog
 
-        catalog = load_catalog(server.split_file.parent / "catalog.json")
+        catalog = load_catalog(server.catalog_file)
         tasks = [(task.task_id, task.goal["name"]) for task in list(catalog.tasks.values())[:EPISODES]]
         results = asyncio.run(_run_all(server.env_url, tasks))
         assert len(results) == EPISODES

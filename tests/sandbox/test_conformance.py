@@ -463,7 +463,7 @@ def test_37_observation_is_the_rendering_of_the_state(sandbox: SandboxServer) ->
     from shopsim_sandbox.catalog import load_catalog
     from shopsim_sandbox.observation import render
 
-    catalog = load_catalog(sandbox.split_file.parent / "catalog.json")
+    catalog = load_catalog(sandbox.catalog_file)
     shop = Shop(sandbox.env_url)
     checked = 0
     for task_id in sorted(catalog.tasks)[:6]:

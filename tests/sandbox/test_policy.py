@@ -320,3 +320,25 @@ def test_search_query_drops_budget_and_filler() -> None:
     assert search_query("买一副耳机") == "耳机"
     assert search_query("想买一个500ml的白色保温杯，价格在60元左右") == "500ml 白色保温杯"
     assert search_query("想要一台静音的无线洗地机，灰色就行") == "静音 无线洗地机 灰色"
+
+
+def test_calls_rejected_as_protocol_errors_are_not_past_actions() -> None:
+    feedback = json.dumps({"type": "tool_protocol_error", "code": "tool_call_count", "message": "m",
+                           "instruction": "i", "available_tools": ["click"]}, ensure_ascii=False)
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME},
+        *_history("search", "洗地机"),
+        {"role": "tool", "tool_call_id": "call-x", "content": RESULTS},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "click", "arguments": '{"value": "100000000101"}'}},
+            {"id": "b", "type": "function", "function": {"name": "click", "arguments": '{"value": "100000000101"}'}}]},
+        {"role": "tool", "tool_call_id": "a", "content": feedback},
+        {"role": "tool", "tool_call_id": "b", "content": feedback},
+        {"role": "user", "content": feedback},
+    ]
+    t = read_transcript(messages, tools_for_state({"actions": ["back to search", "100000000101"]}))
+    assert t.past_actions == [("search", "洗地机")]
+    assert t.observation == RESULTS and t.instruction == INSTRUCTION
+    # search turn, the two-call turn, and the text-only repair turn (user feedback after a tool message)
+    assert t.turns == 3

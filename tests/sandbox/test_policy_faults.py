@@ -178,3 +178,12 @@ def test_latency_and_slow_responses_sleep(monkeypatch: pytest.MonkeyPatch) -> No
     slept.clear()
     assert _post_many(build_policy_app(), [_body()])[0].status_code == 200
     assert slept == []
+
+
+def test_injector_memory_is_bounded_and_recent_keys_keep_counting() -> None:
+    config = FaultConfig(rate_500=0.5, seed=3)
+    bounded = FaultInjector(config, max_keys=4)
+    unbounded = FaultInjector(config)
+    sequence = ["a", "a", "b", "c", "a", "d", "e", "a"]
+    assert [bounded.decide(k) for k in sequence] == [unbounded.decide(k) for k in sequence]
+    assert len(bounded._seen) == 4

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core._plan import build_plan
 from tracegen import make_trace, write_traces
 

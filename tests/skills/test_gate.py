@@ -4,7 +4,7 @@ import pytest
 
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._gate import (
-    AssignedSkillBank, GateAConfig, build_assignments, mask_draw, pair_observations, preflight_bare_run,
+    AssignedSkillBank, GateAConfig, build_assignments, mask_draw, preflight_bare_run,
     read_validation_traces, run_gate_a, select_chunks,
 )
 from shopsimrl_core._hashing import write_json_atomic

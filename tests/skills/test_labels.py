@@ -101,3 +101,20 @@ def test_read_labels_refuses_other_schema(tmp_path):
     pl.DataFrame({"schema_version": ["other-v9"], "episode_id": ["e"]}).write_parquet(p)
     with pytest.raises(TraceFormatError, match="accepted: shopsimrl-episode-labels-v1"):
         read_labels(p)
+
+
+def test_label_run_refuses_a_run_in_progress(tmp_path):
+    from shopsimrl_core._errors import RunLockedError
+    from shopsimrl_core._store import RunStore
+    run = tmp_path / "run"
+    write_traces(run / "traces.jsonl", [make_trace(1)])
+    # flock is per open file description: a second RunStore in this process conflicts like another process would.
+    holder = RunStore(run)
+    holder.acquire_lock("evaluator")
+    try:
+        with pytest.raises(RunLockedError, match="locked"):
+            label_run(run)
+        assert not (run / "labels.parquet").exists()
+    finally:
+        holder.release_lock()
+    assert label_run(run).episodes == 1

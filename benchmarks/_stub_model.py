@@ -1,0 +1,225 @@
+"""A deliberately cheap OpenAI-compatible chat-completions server for throughput benchmarks.
+
+    python -m benchmarks._stub_model --port 0 --ready-file PATH [--latency-ms 200]
+
+It speaks real HTTP/1.1 (keep-alive, Content-Length bodies) over loopback on plain asyncio streams,
+so that on a small machine the server spends as little CPU as possible and the benchmark measures
+the client. Each completion is one valid tool call chosen from the offered tools:
+
+* ``search`` offered → search for the task instruction (the last line before the first blank line
+  of the first user message);
+* otherwise ``click`` one of the enum values, drawn from ``Random(seed)`` of the request (so runs
+  are deterministic): ``buy now`` with probability 0.3 when offered, else a random value, avoiding
+  ``back to search`` when something else exists.
+
+``--latency-ms`` sleeps before answering each completion (a stand-in for GPU decode time).
+:class:`StubModelServer` starts it as a subprocess on a free port (context manager).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODEL_NAME = "bench-stub"
+_BUY = "buy now"
+
+
+def _instruction(messages: list[dict[str, Any]]) -> str:
+    for message in messages:
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            head = message["content"].split("\n\n", 1)[0].splitlines()
+            return head[-1].strip() if head else "item"
+    return "item"
+
+
+def choose_call(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The (tool name, arguments) the stub answers for one request body."""
+    tools = {t["function"]["name"]: t["function"] for t in body.get("tools") or []}
+    if "search" in tools:
+        return "search", {"query": _instruction(body.get("messages") or []) or "item"}
+    values = list(tools["click"]["parameters"]["properties"]["value"]["enum"]) if "click" in tools else []
+    if not values:
+        return "search", {"query": "item"}
+    rng = random.Random(body.get("seed", 0))
+    buy = [v for v in values if v.lower() == _BUY]
+    if buy and rng.random() < 0.3:
+        return "click", {"value": buy[0]}
+    others = [v for v in values if v.lower() != "back to search"] or values
+    return "click", {"value": others[rng.randrange(len(others))]}
+
+
+def completion_body(request: dict[str, Any], counter: int) -> dict[str, Any]:
+    """A chat.completion object carrying exactly one tool call."""
+    name, arguments = choose_call(request)
+    return {
+        "id": f"chatcmpl-stub-{counter}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": MODEL_NAME,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{counter}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }
+
+
+def _response(status: int, payload: Any) -> bytes:
+    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    return head.encode("ascii") + data
+
+
+class _StubState:
+    def __init__(self, latency_ms: float) -> None:
+        self.delay = latency_ms / 1000.0
+        self.counter = 0
+
+    async def answer(self, method: str, path: str, raw: bytes) -> bytes:
+        if method == "GET" and path.endswith("/models"):
+            return _response(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+        if method != "POST" or not path.endswith("/chat/completions"):
+            return _response(404, {"error": {"message": f"no route {method} {path}"}})
+        try:
+            request = json.loads(raw)
+        except ValueError as exc:
+            return _response(400, {"error": {"message": f"bad JSON: {exc}"}})
+        self.counter += 1
+        counter = self.counter
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return _response(200, completion_body(request, counter))
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                length, close = 0, False
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    name = name.strip().lower()
+                    if name == "content-length":
+                        length = int(value)
+                    elif name == "connection" and value.strip().lower() == "close":
+                        close = True
+                raw = await reader.readexactly(length) if length else b""
+                writer.write(await self.answer(method, path, raw))
+                await writer.drain()
+                if close:
+                    return
+        finally:
+            writer.close()
+
+
+async def _serve(port: int, latency_ms: float, ready_file: Path | None) -> None:
+    state = _StubState(latency_ms)
+    server = await asyncio.start_server(state.connection, "127.0.0.1", port, backlog=2048)
+    bound = server.sockets[0].getsockname()[1]
+    if ready_file is not None:
+        tmp = ready_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"port": bound}))
+        os.replace(tmp, ready_file)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the stub until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description="cheap OpenAI-compatible stub model for benchmarks")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--ready-file", type=Path, default=None)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        asyncio.run(_serve(args.port, args.latency_ms, args.ready_file))
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    return 0
+
+
+class StubModelServer:
+    """Context manager: the stub in a subprocess on a free loopback port.
+
+    Attributes after start: ``base_url`` (OpenAI base URL ending in ``/v1``), ``model``, ``pid``.
+    """
+
+    def __init__(self, latency_ms: float = 0.0) -> None:
+        self.latency_ms = latency_ms
+        self.base_url = ""
+        self.model = MODEL_NAME
+        self.pid: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> "StubModelServer":
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-stub-")
+        ready = Path(self._dir.name) / "ready.json"
+        root = Path(__file__).resolve().parent.parent
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._stub_model", "--latency-ms", str(self.latency_ms), "--ready-file", str(ready)],
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if self._process.poll() is not None:
+                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                raise RuntimeError(f"stub model exited with code {self._process.returncode}: {err[-1000:]}")
+            if time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("stub model did not start within 30 s")
+            time.sleep(0.02)
+        self.base_url = f"http://127.0.0.1:{json.loads(ready.read_text())['port']}/v1"
+        self.pid = self._process.pid
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

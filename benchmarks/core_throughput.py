@@ -1,0 +1,497 @@
+"""Core runtime throughput: `run_evaluation` end to end over real loopback HTTP.
+
+    .venv/bin/python -m benchmarks.core_throughput [--repeats 3] [--quick] [--out PATH]
+
+Every server runs in its own subprocess (the sandbox environment, the stub model of
+`benchmarks._stub_model`, or the sandbox baseline policy), so the client CPU measured here with
+`time.process_time()` in this process is the runtime's own cost: episode state machine, httpx,
+JSON, trace writing (fsync included).
+
+Scenarios (each repeated `--repeats` times, interleaved, medians reported; the machine is shared):
+
+* ``zero_latency``: stub model answering at once; concurrency 1, 8, 64 → steps/s, client CPU ms per
+  step, server CPU ms per step, and the per-step timing split (model/env/harness) from the traces.
+* ``latency_bound``: model latency 200 ms, concurrency 64 → achieved steps/s as a fraction of the
+  ideal ``concurrency / 0.200 s`` (the earlier harness reached 57–64 %). Measured with the stub
+  model (its ``--latency-ms``) and with the sandbox baseline policy (its latency knob,
+  ``FaultConfig.latency_ms``); the latter shares one server process with the environment.
+* ``thread_reference``: the earlier harness's shape (thread pool, new HTTP session per episode,
+  same prompts and servers) measured in the same run, for a same-machine ratio.
+* ``stream_transport``: our runtime with httpx's pool swapped for a minimal asyncio-streams
+  transport through the transport seam, to show what httpx itself costs.
+
+Writes benchmarks/results/core_throughput.json and core_throughput.png (steps/s vs concurrency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from shopsim_sandbox.faults import FaultConfig
+from shopsim_sandbox.testing import SandboxServer
+
+from benchmarks._stub_model import StubModelServer
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS = RESULTS_DIR / "core_throughput.json"
+SPLIT = "train"
+SCHEMA = "shopsimrl-bench-core-throughput-v1"
+LEGACY = {
+    "zero_latency_steps_per_s": [230, 290],
+    "client_cpu_ms_per_step": [3, 5],
+    "latency_bound_fraction_of_ideal": [0.57, 0.64],
+    "source": "docs architecture §3 (earlier harness, thread pool + new HTTP session per episode)",
+}
+
+
+# -- measurement helpers ------------------------------------------------------------------------
+
+
+def proc_cpu_seconds(pid: int | None) -> float | None:
+    """User+system CPU seconds of process *pid* so far (Linux /proc), or None if unavailable."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[11], fields[12] are utime, stime (stat fields 14 and 15) in clock ticks
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def timing_split(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step ``timing`` of the traces: mean and p50/p90 of model_ms, env_ms and harness_ms."""
+    out: dict[str, Any] = {}
+    steps = [s["timing"] for r in records for s in r.get("steps") or [] if isinstance(s.get("timing"), dict)]
+    for key in ("model_ms", "env_ms", "harness_ms"):
+        values = [float(t[key]) for t in steps if isinstance(t.get(key), (int, float))]
+        out[key] = {
+            "mean": _round(statistics.fmean(values)) if values else None,
+            "p50": _round(_quantile(values, 0.5)),
+            "p90": _round(_quantile(values, 0.9)),
+        }
+    resets = [float(r["timing"]["reset_ms"]) for r in records if isinstance(r.get("timing"), dict)]
+    cleanups = [float(r["timing"]["cleanup_ms"]) for r in records if isinstance(r.get("timing"), dict)]
+    out["episode_reset_ms_p50"] = _round(_quantile(resets, 0.5))
+    out["episode_cleanup_ms_p50"] = _round(_quantile(cleanups, 0.5))
+    return out
+
+
+def steady_rate(intervals: list[tuple[float, float, int]], t0: float) -> float | None:
+    """Steps/s while every worker was busy: from *t0* to the last episode start (the queue is
+    empty after it, so the tail where workers idle is left out). Steps of an episode are spread
+    evenly over its interval (exact enough when steps take similar time)."""
+    if not intervals:
+        return None
+    end = max(start for start, _, _ in intervals)
+    if end - t0 <= 0:
+        return None
+    steps = 0.0
+    for start, stop, count in intervals:
+        overlap = min(stop, end) - max(start, t0)
+        if overlap > 0 and stop > start:
+            steps += count * overlap / (stop - start)
+    return steps / (end - t0)
+
+
+# -- one measurement of the real runtime ---------------------------------------------------------
+
+
+def _config_mapping(*, name: str, workdir: Path, env_url: str, split_file: Path, model_url: str, model: str,
+                    concurrency: int, episodes: int, max_steps: int, task_count: int) -> dict[str, Any]:
+    repeats = max(1, math.ceil(episodes / task_count))
+    return {
+        "experiment": {"name": name, "output_dir": str(workdir / "runs"), "seed": 20261129,
+                       "concurrency": concurrency, "max_episode_retries": 0},
+        "tasks": {"split_file": str(split_file), "split": SPLIT, "sample_size": min(episodes, task_count),
+                  "repeats": repeats},
+        "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency)},
+        "runtime": {"max_steps": max_steps},
+        "model": {"name": model, "base_url": model_url, "api_key_env": None, "checkpoint_id": "bench",
+                  "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency)},
+    }
+
+
+def _task_count(split_file: Path) -> int:
+    return int(json.loads(split_file.read_text(encoding="utf-8"))["splits"][SPLIT]["task_count"])
+
+
+def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: str, concurrency: int, episodes: int,
+                    max_steps: int, server_pids: list[int | None], transport: Callable[[], Any] | None = None
+                    ) -> dict[str, Any]:
+    """Run `arun_evaluation` once on a fresh run directory and measure it.
+
+    Returns steps, episodes, failed episodes, wall and client CPU seconds of the episode window
+    (first worker start → last attempt stored; plan building and the summary are left out),
+    steps/s (overall and steady), client and server CPU ms per step and the per-step timing split.
+    *transport* builds a fresh httpx transport for each of the two endpoints (the seam).
+    """
+    from shopsimrl_core import arun_evaluation, config_from_mapping
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-core-"))
+    try:
+        mapping = _config_mapping(name=f"bench-c{concurrency}", workdir=workdir, env_url=env_url, split_file=split_file,
+                                  model_url=model_url, model=model, concurrency=concurrency, episodes=episodes,
+                                  max_steps=max_steps, task_count=_task_count(split_file))
+        config = config_from_mapping(mapping, base_dir=workdir)
+        marks: dict[str, Any] = {"ends": {}}
+
+        def on_progress(event: Any) -> None:
+            if event.kind == "start":
+                marks["wall0"], marks["cpu0"] = time.perf_counter(), time.process_time()
+                marks["srv0"] = [proc_cpu_seconds(pid) for pid in server_pids]
+            elif event.kind == "attempt":
+                marks["wall1"], marks["cpu1"] = time.perf_counter(), time.process_time()
+                marks["srv1"] = [proc_cpu_seconds(pid) for pid in server_pids]
+                marks["ends"][event.episode_id] = marks["wall1"]
+
+        kwargs: dict[str, Any] = {}
+        if transport is not None:
+            kwargs = {"model_transport": transport(), "env_transport": transport()}
+        result = asyncio.run(arun_evaluation(config, progress=on_progress, **kwargs))
+        records = [json.loads(line) for line in result.traces_path.read_text(encoding="utf-8").splitlines() if line]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    steps = sum(len(r.get("steps") or []) for r in records)
+    failed = sum(1 for r in records if r.get("status") != "completed")
+    wall = marks["wall1"] - marks["wall0"]
+    cpu = marks["cpu1"] - marks["cpu0"]
+    intervals = []
+    for r in records:
+        end = marks["ends"].get(r["episode_id"])
+        if end is not None and isinstance(r.get("duration_ms"), (int, float)):
+            intervals.append((end - r["duration_ms"] / 1000.0, end, len(r.get("steps") or [])))
+    server_cpu = None
+    if all(a is not None and b is not None for a, b in zip(marks["srv0"], marks["srv1"])):
+        server_cpu = sum(after - before for before, after in zip(marks["srv0"], marks["srv1"]))
+    return {
+        "episodes": len(records),
+        "failed": failed,
+        "errors": sorted({(r.get("error") or {}).get("message", "")[:200] for r in records if r.get("status") != "completed"})[:3],
+        "steps": steps,
+        "wall_s": _round(wall),
+        "client_cpu_s": _round(cpu),
+        "steps_per_s": _round(steps / wall if wall > 0 else None, 1),
+        "steady_steps_per_s": _round(steady_rate(intervals, marks["wall0"]), 1),
+        "client_cpu_ms_per_step": _round(cpu * 1000.0 / steps if steps else None),
+        "server_cpu_ms_per_step": _round(server_cpu * 1000.0 / steps if steps and server_cpu is not None else None),
+        "timing": timing_split(records),
+    }
+
+
+def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeats of the numeric headline fields, plus min/max of steps/s and the raw runs."""
+    keys = ("steps_per_s", "steady_steps_per_s", "client_cpu_ms_per_step", "server_cpu_ms_per_step",
+            "fraction_of_ideal", "steady_fraction_of_ideal")
+    row: dict[str, Any] = {}
+    for key in keys:
+        values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
+        if values:
+            row[key] = _round(statistics.median(values), 3)
+    rates = [r["steps_per_s"] for r in runs if r.get("steps_per_s") is not None]
+    row["steps_per_s_min"], row["steps_per_s_max"] = (min(rates), max(rates)) if rates else (None, None)
+    row["steps"] = int(statistics.median([r["steps"] for r in runs]))
+    row["failed_total"] = sum(r["failed"] for r in runs)
+    split = [r["timing"] for r in runs]
+    row["timing_p50_ms"] = {
+        key: _round(statistics.median([t[key]["p50"] for t in split if t[key]["p50"] is not None]))
+        if any(t[key]["p50"] is not None for t in split) else None
+        for key in ("model_ms", "env_ms", "harness_ms")
+    }
+    row["timing_mean_ms"] = {
+        key: _round(statistics.median([t[key]["mean"] for t in split if t[key]["mean"] is not None]))
+        if any(t[key]["mean"] is not None for t in split) else None
+        for key in ("model_ms", "env_ms", "harness_ms")
+    }
+    row["runs"] = runs
+    return row
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _servers(*, model_latency_ms: float, policy: str, slots: int) -> Iterator[dict[str, Any]]:
+    """Start the environment and the model endpoint (stub, or the sandbox policy) as subprocesses."""
+    if policy == "stub":
+        with SandboxServer(slots=slots, policy=False) as env, StubModelServer(latency_ms=model_latency_ms) as stub:
+            env_pid = getattr(getattr(env, "_process", None), "pid", None)
+            yield {"env_url": env.env_url, "split_file": env.split_file, "model_url": stub.base_url,
+                   "model": stub.model, "pids": [env_pid, stub.pid]}
+    else:
+        faults = FaultConfig(latency_ms=model_latency_ms) if model_latency_ms else None
+        with SandboxServer(slots=slots, policy=True, policy_faults=faults) as env:
+            env_pid = getattr(getattr(env, "_process", None), "pid", None)
+            yield {"env_url": env.env_url, "split_file": env.split_file, "model_url": env.policy_url,
+                   "model": env.served_model, "pids": [env_pid]}
+
+
+def _package_versions() -> dict[str, str | None]:
+    """Versions of the HTTP stack; sniffio matters: without it httpcore retries a failing import per request."""
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in ("httpx", "httpcore", "anyio", "sniffio", "h11", "uvicorn"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) -> dict[str, Any]:
+    """Run every scenario and return the JSON-ready result document."""
+    from benchmarks._stream_transport import StreamTransport
+    from benchmarks._thread_reference import run_thread_reference
+
+    scale = 0.1 if quick else 1.0
+    max_steps = 4 if quick else 10
+    levels = (1, 8, 64)
+    # episodes per level: enough for a few seconds of steady work each
+    zero_episodes = {1: 30, 8: 96, 64: 192}
+    latency_ms = 200.0
+    latency_concurrency = 64
+    latency_episodes = 192
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "packages": _package_versions()},
+        "settings": {"repeats": repeats, "quick": quick, "max_steps": max_steps, "split": SPLIT,
+                     "zero_latency_episodes": {str(k): max(2, int(v * scale)) for k, v in zero_episodes.items()},
+                     "latency_ms": latency_ms, "latency_concurrency": latency_concurrency,
+                     "latency_episodes": 8 if quick else latency_episodes},
+        "legacy": LEGACY,
+        "zero_latency": {},
+        "latency_bound": {},
+        "thread_reference": {},
+        "stream_transport": {},
+    }
+    settings = doc["settings"]
+    lat_c = 8 if quick else latency_concurrency
+    wanted = (lambda name: only is None or name in only)
+
+    if wanted("zero_latency") or wanted("thread_reference") or wanted("stream_transport"):
+        with _servers(model_latency_ms=0.0, policy="stub", slots=64) as srv:
+            common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
+                          model=srv["model"], max_steps=max_steps, server_pids=srv["pids"])
+            runs: dict[str, list[dict[str, Any]]] = {}
+            for rep in range(repeats):
+                for c in levels:
+                    n = settings["zero_latency_episodes"][str(c)]
+                    if wanted("zero_latency"):
+                        _log(f"zero_latency c={c} repeat {rep + 1}/{repeats}")
+                        runs.setdefault(f"runtime/{c}", []).append(
+                            measure_runtime(concurrency=c, episodes=n, **common))
+                    if wanted("thread_reference"):
+                        _log(f"thread_reference c={c} repeat {rep + 1}/{repeats}")
+                        runs.setdefault(f"threads/{c}", []).append(run_thread_reference(
+                            env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
+                            model=srv["model"], concurrency=c, episodes=n, max_steps=max_steps,
+                            server_pids=srv["pids"]))
+                    if wanted("stream_transport"):
+                        _log(f"stream_transport c={c} repeat {rep + 1}/{repeats}")
+                        runs.setdefault(f"stream/{c}", []).append(
+                            measure_runtime(concurrency=c, episodes=n, transport=StreamTransport, **common))
+            for key, value in runs.items():
+                kind, c = key.split("/")
+                target = {"runtime": "zero_latency", "threads": "thread_reference", "stream": "stream_transport"}[kind]
+                doc[target][f"c{c}"] = _median_row(value)
+
+    if wanted("latency_bound"):
+        ideal = lat_c / (latency_ms / 1000.0)
+        for policy in ("stub", "sandbox_policy"):
+            with _servers(model_latency_ms=latency_ms, policy=policy, slots=64) as srv:
+                common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
+                              model=srv["model"], concurrency=lat_c, episodes=settings["latency_episodes"],
+                              max_steps=max_steps, server_pids=srv["pids"])
+                variants: dict[str, list[dict[str, Any]]] = {}
+                for rep in range(repeats):
+                    _log(f"latency_bound {policy} c={lat_c} repeat {rep + 1}/{repeats}")
+                    variants.setdefault(policy, []).append(_with_fraction(measure_runtime(**common), ideal))
+                    if policy != "stub":
+                        continue
+                    if wanted("stream_transport"):
+                        _log(f"latency_bound stub + stream transport c={lat_c} repeat {rep + 1}/{repeats}")
+                        variants.setdefault("stub_stream_transport", []).append(
+                            _with_fraction(measure_runtime(transport=StreamTransport, **common), ideal))
+                    if wanted("thread_reference"):
+                        _log(f"thread_reference latency c={lat_c} repeat {rep + 1}/{repeats}")
+                        variants.setdefault("thread_reference", []).append(
+                            _with_fraction(run_thread_reference(**common), ideal))
+                for name, runs_v in variants.items():
+                    row = {"concurrency": lat_c, "ideal_steps_per_s": ideal, **_median_row(runs_v)}
+                    if name == "thread_reference":
+                        doc["thread_reference"][f"latency_c{lat_c}"] = row
+                    else:
+                        doc["latency_bound"][name] = row
+    doc["ratios"] = _ratios(doc)
+    return doc
+
+
+def _with_fraction(run: dict[str, Any], ideal: float) -> dict[str, Any]:
+    run["fraction_of_ideal"] = _round(run["steps_per_s"] / ideal if run.get("steps_per_s") else None)
+    run["steady_fraction_of_ideal"] = _round(run["steady_steps_per_s"] / ideal if run.get("steady_steps_per_s") else None)
+    return run
+
+
+def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
+    """Same-run ratios: runtime vs thread reference, runtime vs stream transport (steps/s and CPU)."""
+    out: dict[str, Any] = {}
+    for key, row in doc["zero_latency"].items():
+        for other, label in (("thread_reference", "vs_threads"), ("stream_transport", "vs_stream_transport")):
+            ref = doc[other].get(key)
+            if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
+                out[f"{key}_{label}"] = {
+                    "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
+                    "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
+                    if ref.get("client_cpu_ms_per_step") else None,
+                }
+    return out
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """The human-readable table printed after a run."""
+    head = (f"{'scenario':<34} {'conc':>4} {'steps':>6} {'steps/s':>8} {'steady':>8} {'cli ms/st':>9} "
+            f"{'srv ms/st':>9} {'model p50':>9} {'env p50':>8} {'harn p50':>8} {'ideal%':>7}")
+    lines = [head, "-" * len(head)]
+
+    def line(name: str, conc: Any, row: dict[str, Any]) -> None:
+        t = row.get("timing_p50_ms") or {}
+        frac = row.get("fraction_of_ideal")
+
+        def f(v: Any, spec: str) -> str:
+            return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+        lines.append(f"{name:<34} {conc:>4} {row.get('steps', 0):>6} {f(row.get('steps_per_s'), '8.1f')} "
+                     f"{f(row.get('steady_steps_per_s'), '8.1f')} {f(row.get('client_cpu_ms_per_step'), '9.2f')} "
+                     f"{f(row.get('server_cpu_ms_per_step'), '9.2f')} {f(t.get('model_ms'), '9.2f')} "
+                     f"{f(t.get('env_ms'), '8.2f')} {f(t.get('harness_ms'), '8.2f')} "
+                     f"{(format(frac * 100, '6.1f') + '%') if isinstance(frac, (int, float)) else '      -'}")
+
+    for key, row in doc["zero_latency"].items():
+        line("runtime, zero latency (stub)", key[1:], row)
+    for key, row in doc["stream_transport"].items():
+        line("runtime + stream transport", key[1:], row)
+    for key, row in doc["thread_reference"].items():
+        if key.startswith("latency"):
+            continue
+        line("thread reference, zero latency", key[1:], row)
+    for variant, row in doc["latency_bound"].items():
+        line(f"200 ms model: {variant}", row["concurrency"], row)
+    for key, row in doc["thread_reference"].items():
+        if key.startswith("latency"):
+            line("200 ms model: thread reference", row["concurrency"], row)
+    lines.append("medians over repeats; cli/srv ms/st = client/server CPU ms per step; model/env/harn p50 = "
+                 "steps[].timing medians (ms); ideal% = steps/s ÷ (concurrency / 0.2 s)")
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> Path | None:
+    """Steps/s vs concurrency (runtime, stream transport, thread reference); None without data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("runtime (httpx)", doc["zero_latency"], "o-"), ("runtime + stream transport", doc["stream_transport"], "s--"),
+              ("thread reference", {k: v for k, v in doc["thread_reference"].items() if not k.startswith("latency")}, "^:")]
+    if not any(rows for _, rows, _ in series):
+        return None
+    fig, (ax, ax_cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, rows, style in series:
+        if not rows:
+            continue
+        xs = sorted(int(k[1:]) for k in rows)
+        ax.plot(xs, [rows[f"c{x}"]["steps_per_s"] for x in xs], style, label=label)
+        ax_cpu.plot(xs, [rows[f"c{x}"]["client_cpu_ms_per_step"] for x in xs], style, label=label)
+    lo, hi = LEGACY["zero_latency_steps_per_s"]
+    ax.axhspan(lo, hi, color="grey", alpha=0.2, label="earlier harness (other run)")
+    for a in (ax, ax_cpu):
+        a.set_xscale("log", base=2)
+        a.set_xticks([1, 8, 64], ["1", "8", "64"])
+        a.set_xlabel("episodes in flight (concurrency)")
+        a.grid(True, alpha=0.3)
+    ax.set_ylabel("steps / s (zero-latency stubs)")
+    ax_cpu.set_ylabel("client CPU ms / step")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"shopsimrl core throughput over loopback HTTP ({doc['created_at'][:10]}, {doc['machine']['cpus']} CPUs, shared)",
+                 fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    """Write *doc* atomically (temporary file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the table, write the JSON and the PNG."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per scenario (medians reported; default 3)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
+    parser.add_argument("--only", default=None,
+                        help="comma list of scenarios: zero_latency,latency_bound,thread_reference,stream_transport")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats: must be >= 1")
+    only = {s.strip() for s in args.only.split(",")} if args.only else None
+    valid = {"zero_latency", "latency_bound", "thread_reference", "stream_transport"}
+    if only and not only <= valid:
+        parser.error(f"--only: unknown scenario(s) {sorted(only - valid)}; choose from {sorted(valid)}")
+    started = time.perf_counter()
+    doc = run_benchmark(repeats=args.repeats, quick=args.quick, only=only)
+    doc["duration_s"] = round(time.perf_counter() - started, 1)
+    png = None if args.no_plot else plot(doc, args.out.with_suffix(".png"))
+    doc["plot"] = png.name if png else None
+    write_json(doc, args.out)
+    print(format_table(doc))
+    print(f"wrote {args.out}" + (f" and {png}" if png else "") + f" in {doc['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""The registry sensor and the nightly schedule, evaluated with Dagster's build contexts."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from shopsimrl_dagster.defs.partitions import checkpoints
+from shopsimrl_dagster.defs.resources import CheckpointRegistry
+from shopsimrl_dagster.defs.schedules import build_nightly_schedule
+from shopsimrl_dagster.defs.sensors import build_registry_sensor
+
+
+def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, registry: CheckpointRegistry):
+    with dg.build_sensor_context(instance=instance, resources={"checkpoint_registry": registry}) as context:
+        result = sensor(context)
+    # What the daemon does with a SensorResult: register the new partitions.
+    if isinstance(result, dg.SensorResult):
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def test_sensor_registers_new_checkpoints_once_with_stable_run_keys(offline_settings, register) -> None:
+    sensor = build_registry_sensor(offline_settings)
+    registry = CheckpointRegistry(folder=str(offline_settings.checkpoint_registry))
+    register(offline_settings, "grpo-step-000200", 200)
+    register(offline_settings, "grpo-step-000100", 100)
+    with dg.instance_for_test() as instance:
+        first = _tick(sensor, instance, registry)
+        assert isinstance(first, dg.SensorResult)
+        requests = {(r.partition_key, r.job_name, r.run_key) for r in first.run_requests}
+        assert requests == {
+            ("grpo-step-000100", "evaluate_val", "grpo-step-000100:val"),
+            ("grpo-step-000200", "evaluate_val", "grpo-step-000200:val"),
+        }
+        assert set(instance.get_dynamic_partitions(checkpoints.name)) == {"grpo-step-000100", "grpo-step-000200"}
+
+        # Nothing new: no second request for the same checkpoints.
+        second = _tick(sensor, instance, registry)
+        assert isinstance(second, dg.SkipReason)
+
+        register(offline_settings, "grpo-step-000300", 300)
+        third = _tick(sensor, instance, registry)
+        assert [(r.partition_key, r.run_key) for r in third.run_requests] == [("grpo-step-000300", "grpo-step-000300:val")]
+
+    # A fresh instance (e.g. a lost partition table) asks again with the same keys, which the
+    # daemon de-duplicates: the request is idempotent per checkpoint and suite.
+    with dg.instance_for_test() as instance:
+        again = _tick(sensor, instance, registry)
+        assert {r.run_key for r in again.run_requests} == {"grpo-step-000100:val", "grpo-step-000200:val", "grpo-step-000300:val"}
+
+
+def test_schedule_picks_the_highest_training_step_not_the_newest_file(offline_settings, register) -> None:
+    schedule = build_nightly_schedule(offline_settings)
+    registry = CheckpointRegistry(folder=str(offline_settings.checkpoint_registry))
+    register(offline_settings, "run7-step-000900", 900)
+    register(offline_settings, "run7-step-001200", 1200)
+    newest = register(offline_settings, "run7-step-000300", 300)
+    # Make the low-step file the most recently modified one as well.
+    folder = offline_settings.checkpoint_registry
+    os.utime(folder / f"{newest.checkpoint_id}.json", (2_000_000_000, 2_000_000_000))
+    when = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=when, resources={"checkpoint_registry": registry}
+        )
+        request = schedule(context)
+        assert isinstance(request, dg.RunRequest)
+        assert request.partition_key == "run7-step-001200"
+        assert request.run_key == "nightly:2026-11-30:run7-step-001200:val"
+        assert request.tags["shopsimrl/checkpoint-step"] == "1200"
+        assert instance.has_dynamic_partition(checkpoints.name, "run7-step-001200")
+    assert schedule.job_name == "evaluate_val"
+
+
+def test_schedule_skips_an_empty_registry(offline_settings) -> None:
+    schedule = build_nightly_schedule(offline_settings)
+    registry = CheckpointRegistry(folder=str(offline_settings.checkpoint_registry))
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 11, 30, 3, tzinfo=timezone.utc),
+            resources={"checkpoint_registry": registry},
+        )
+        result = schedule(context)
+        assert isinstance(result, dg.SkipReason)
+        assert "is empty" in (result.skip_message or "")

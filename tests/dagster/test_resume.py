@@ -1,0 +1,78 @@
+"""Killing a rollout midway and re-materializing the partition finishes it without redoing episodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+
+from shopsim_sandbox.testing import SandboxServer
+from shopsimrl_dagster.defs import assets as lineage
+from shopsimrl_dagster.defs.resources import resources_from_settings
+from shopsimrl_dagster.settings import load_pipeline_settings
+
+CHILD = Path(__file__).with_name("rollout_child.py")
+EPISODES = 30
+
+
+def _lines(traces: Path) -> list[dict]:
+    if not traces.exists():
+        return []
+    records = []
+    for line in traces.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a torn line left by the kill
+    return records
+
+
+def test_rerun_after_kill_completes_without_redoing_finished_episodes(tmp_path: Path, settings_writer, register) -> None:
+    # Environment latency makes the rollout long enough to be killed in the middle.
+    with SandboxServer(slots=4, latency_ms=25) as server:
+        path = settings_writer(
+            tmp_path, env_url=server.env_url, policy_url=server.policy_url, served_model=server.served_model,
+            split_file=server.split_file, val_sample=EPISODES, max_in_flight=3,
+        )
+        settings = load_pipeline_settings(path)
+        register(settings, "ckpt-killed", 5)
+        traces = settings.runs_root / "val" / "ckpt-killed" / "traces.jsonl"
+
+        child = subprocess.Popen([sys.executable, str(CHILD), str(path), "ckpt-killed"], start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while len(_lines(traces)) < 6:
+            assert child.poll() is None, child.stderr.read().decode(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, "the rollout never started writing traces"
+            time.sleep(0.05)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stderr.close()
+
+        before = {r["episode_id"] for r in _lines(traces) if r.get("status") == "completed"}
+        assert 6 <= len(before) < EPISODES, "the kill must land in the middle of the rollout"
+
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("checkpoints", ["ckpt-killed"])
+            resources = resources_from_settings(settings)
+            assert dg.materialize([lineage.frozen_split, lineage.job_plan], resources=resources, instance=instance).success
+            result = dg.materialize([lineage.rollout_traces], resources=resources, instance=instance, partition_key="ckpt-killed")
+        assert result.success
+        assert all(e.passed for e in result.get_asset_check_evaluations())
+        metadata = result.get_asset_materialization_events()[0].materialization.metadata
+        assert metadata["episodes_completed_before_this_run"].value == len(before)
+        assert metadata["coverage"].value == 1.0
+
+        records = _lines(traces)
+        completed = Counter(r["episode_id"] for r in records if r.get("status") == "completed")
+        assert len(completed) == EPISODES
+        # Every episode finished before the kill has exactly one completed line: none was redone.
+        assert all(completed[episode] == 1 for episode in before)
+        assert max(completed.values()) == 1
