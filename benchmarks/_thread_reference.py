@@ -109,7 +109,8 @@ def run_thread_reference(*, env_url: str, split_file: Path, model_url: str, mode
         "wall_s": _round(wall),
         "client_cpu_s": _round(cpu),
         "steps_per_s": _round(steps / wall if wall > 0 else None, 1),
-        "steady_steps_per_s": _round(steady_rate([(a, b, len(s)) for s, ok, a, b in outcomes if ok], wall0), 1),
+        "steady_steps_per_s": _round(steady_rate([(a, b, len(s)) for s, ok, a, b in outcomes if ok], wall0), 1)
+        if episodes >= 2 * concurrency else None,
         "client_cpu_ms_per_step": _round(cpu * 1000.0 / steps if steps else None),
         "server_cpu_ms_per_step": _round(server_cpu * 1000.0 / steps if steps and server_cpu is not None else None),
         "timing": timing_split([{"steps": [{"timing": t} for t in s]} for s, _, _, _ in outcomes]),

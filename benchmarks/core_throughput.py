@@ -17,8 +17,12 @@ Scenarios (each repeated `--repeats` times, interleaved, medians reported; the m
   ``FaultConfig.latency_ms``); the latter shares one server process with the environment.
 * ``thread_reference``: the earlier harness's shape (thread pool, new HTTP session per episode,
   same prompts and servers) measured in the same run, for a same-machine ratio.
+* ``sharded_httpx``: our runtime with httpx's single pool replaced, through the transport seam,
+  by 8 small httpx pools (httpcore's pool bookkeeping grows with connections × requests).
 * ``stream_transport``: our runtime with httpx's pool swapped for a minimal asyncio-streams
   transport through the transport seam, to show what httpx itself costs.
+
+The two transport variants also run in the latency-bound scenario (stub model).
 
 Writes benchmarks/results/core_throughput.json and core_throughput.png (steps/s vs concurrency).
 """
@@ -199,7 +203,8 @@ def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: st
         "wall_s": _round(wall),
         "client_cpu_s": _round(cpu),
         "steps_per_s": _round(steps / wall if wall > 0 else None, 1),
-        "steady_steps_per_s": _round(steady_rate(intervals, marks["wall0"]), 1),
+        # with fewer than two episodes per worker there is no period where every worker is busy
+        "steady_steps_per_s": _round(steady_rate(intervals, marks["wall0"]), 1) if len(records) >= 2 * concurrency else None,
         "client_cpu_ms_per_step": _round(cpu * 1000.0 / steps if steps else None),
         "server_cpu_ms_per_step": _round(server_cpu * 1000.0 / steps if steps and server_cpu is not None else None),
         "timing": timing_split(records),
@@ -270,71 +275,76 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+TRANSPORTS: dict[str, Callable[[], Any]] = {}
+"""Alternative transports handed to the runtime through its httpx seam (filled lazily)."""
+
+SCENARIOS = ("zero_latency", "latency_bound", "thread_reference", "sharded_httpx", "stream_transport")
+
+
+def _transports() -> dict[str, Callable[[], Any]]:
+    if not TRANSPORTS:
+        from benchmarks._sharded_transport import ShardedHttpxTransport
+        from benchmarks._stream_transport import StreamTransport
+
+        TRANSPORTS["sharded_httpx"] = lambda: ShardedHttpxTransport(shards=8, per_shard=16)
+        TRANSPORTS["stream_transport"] = StreamTransport
+    return TRANSPORTS
+
+
 def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) -> dict[str, Any]:
-    """Run every scenario and return the JSON-ready result document."""
-    from benchmarks._stream_transport import StreamTransport
+    """Run every scenario (or those in *only*) and return the JSON-ready result document."""
     from benchmarks._thread_reference import run_thread_reference
 
-    scale = 0.1 if quick else 1.0
-    max_steps = 4 if quick else 10
+    max_steps = 3 if quick else 10
     levels = (1, 8, 64)
-    # episodes per level: enough for a few seconds of steady work each
-    zero_episodes = {1: 30, 8: 96, 64: 192}
+    # episodes per level: a few seconds of work each; the same plan seed → the same episodes
+    zero_episodes = {1: 3, 8: 8, 64: 16} if quick else {1: 30, 8: 96, 64: 128}
     latency_ms = 200.0
-    latency_concurrency = 64
-    latency_episodes = 192
+    lat_c = 8 if quick else 64
+    lat_episodes = 8 if quick else 128
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "packages": _package_versions()},
         "settings": {"repeats": repeats, "quick": quick, "max_steps": max_steps, "split": SPLIT,
-                     "zero_latency_episodes": {str(k): max(2, int(v * scale)) for k, v in zero_episodes.items()},
-                     "latency_ms": latency_ms, "latency_concurrency": latency_concurrency,
-                     "latency_episodes": 8 if quick else latency_episodes},
+                     "zero_latency_episodes": {str(k): v for k, v in zero_episodes.items()},
+                     "latency_ms": latency_ms, "latency_concurrency": lat_c, "latency_episodes": lat_episodes,
+                     "sharded_httpx": {"shards": 8, "per_shard": 16}},
         "legacy": LEGACY,
-        "zero_latency": {},
-        "latency_bound": {},
-        "thread_reference": {},
-        "stream_transport": {},
+        **{name: {} for name in SCENARIOS},
     }
-    settings = doc["settings"]
-    lat_c = 8 if quick else latency_concurrency
     wanted = (lambda name: only is None or name in only)
+    transports = {name: factory for name, factory in _transports().items() if wanted(name)}
 
-    if wanted("zero_latency") or wanted("thread_reference") or wanted("stream_transport"):
+    if wanted("zero_latency") or wanted("thread_reference") or transports:
         with _servers(model_latency_ms=0.0, policy="stub", slots=64) as srv:
             common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
                           model=srv["model"], max_steps=max_steps, server_pids=srv["pids"])
-            runs: dict[str, list[dict[str, Any]]] = {}
+            runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
             for rep in range(repeats):
-                for c in levels:
-                    n = settings["zero_latency_episodes"][str(c)]
+                for c in levels:  # interleaved, so a burst of load on the shared machine hits every row alike
+                    n = zero_episodes[c]
                     if wanted("zero_latency"):
                         _log(f"zero_latency c={c} repeat {rep + 1}/{repeats}")
-                        runs.setdefault(f"runtime/{c}", []).append(
-                            measure_runtime(concurrency=c, episodes=n, **common))
+                        runs.setdefault(("zero_latency", c), []).append(measure_runtime(concurrency=c, episodes=n, **common))
                     if wanted("thread_reference"):
                         _log(f"thread_reference c={c} repeat {rep + 1}/{repeats}")
-                        runs.setdefault(f"threads/{c}", []).append(run_thread_reference(
-                            env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
-                            model=srv["model"], concurrency=c, episodes=n, max_steps=max_steps,
-                            server_pids=srv["pids"]))
-                    if wanted("stream_transport"):
-                        _log(f"stream_transport c={c} repeat {rep + 1}/{repeats}")
-                        runs.setdefault(f"stream/{c}", []).append(
-                            measure_runtime(concurrency=c, episodes=n, transport=StreamTransport, **common))
-            for key, value in runs.items():
-                kind, c = key.split("/")
-                target = {"runtime": "zero_latency", "threads": "thread_reference", "stream": "stream_transport"}[kind]
-                doc[target][f"c{c}"] = _median_row(value)
+                        runs.setdefault(("thread_reference", c), []).append(
+                            run_thread_reference(concurrency=c, episodes=n, **common))
+                    for name, factory in transports.items():
+                        _log(f"{name} c={c} repeat {rep + 1}/{repeats}")
+                        runs.setdefault((name, c), []).append(
+                            measure_runtime(concurrency=c, episodes=n, transport=factory, **common))
+            for (section, c), value in runs.items():
+                doc[section][f"c{c}"] = _median_row(value)
 
     if wanted("latency_bound"):
         ideal = lat_c / (latency_ms / 1000.0)
         for policy in ("stub", "sandbox_policy"):
             with _servers(model_latency_ms=latency_ms, policy=policy, slots=64) as srv:
                 common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
-                              model=srv["model"], concurrency=lat_c, episodes=settings["latency_episodes"],
+                              model=srv["model"], concurrency=lat_c, episodes=lat_episodes,
                               max_steps=max_steps, server_pids=srv["pids"])
                 variants: dict[str, list[dict[str, Any]]] = {}
                 for rep in range(repeats):
@@ -342,10 +352,10 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
                     variants.setdefault(policy, []).append(_with_fraction(measure_runtime(**common), ideal))
                     if policy != "stub":
                         continue
-                    if wanted("stream_transport"):
-                        _log(f"latency_bound stub + stream transport c={lat_c} repeat {rep + 1}/{repeats}")
-                        variants.setdefault("stub_stream_transport", []).append(
-                            _with_fraction(measure_runtime(transport=StreamTransport, **common), ideal))
+                    for name, factory in transports.items():
+                        _log(f"latency_bound stub + {name} c={lat_c} repeat {rep + 1}/{repeats}")
+                        variants.setdefault(f"stub_{name}", []).append(
+                            _with_fraction(measure_runtime(transport=factory, **common), ideal))
                     if wanted("thread_reference"):
                         _log(f"thread_reference latency c={lat_c} repeat {rep + 1}/{repeats}")
                         variants.setdefault("thread_reference", []).append(
@@ -367,72 +377,85 @@ def _with_fraction(run: dict[str, Any], ideal: float) -> dict[str, Any]:
 
 
 def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
-    """Same-run ratios: runtime vs thread reference, runtime vs stream transport (steps/s and CPU)."""
+    """Same-run ratios of the runtime (default httpx) to each alternative: steps/s and client CPU per step."""
     out: dict[str, Any] = {}
-    for key, row in doc["zero_latency"].items():
-        for other, label in (("thread_reference", "vs_threads"), ("stream_transport", "vs_stream_transport")):
-            ref = doc[other].get(key)
-            if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
-                out[f"{key}_{label}"] = {
-                    "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
-                    "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
-                    if ref.get("client_cpu_ms_per_step") else None,
-                }
+    pairs = [(key, row, other, doc[other].get(key)) for key, row in doc["zero_latency"].items()
+             for other in ("thread_reference", "sharded_httpx", "stream_transport")]
+    stub = doc["latency_bound"].get("stub")
+    if stub:
+        pairs.append(("latency", stub, "thread_reference", doc["thread_reference"].get(f"latency_c{stub['concurrency']}")))
+        pairs += [("latency", stub, name, doc["latency_bound"].get(f"stub_{name}"))
+                  for name in ("sharded_httpx", "stream_transport")]
+    for key, row, other, ref in pairs:
+        if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
+            out[f"{key}_httpx_vs_{other}"] = {
+                "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
+                "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
+                if ref.get("client_cpu_ms_per_step") else None,
+            }
     return out
 
 
 # -- output -------------------------------------------------------------------------------------
 
+_LABELS = {"zero_latency": "runtime, httpx (default)", "sharded_httpx": "runtime, httpx sharded 8x16",
+           "stream_transport": "runtime, asyncio-streams transport", "thread_reference": "thread reference (legacy shape)"}
+
 
 def format_table(doc: dict[str, Any]) -> str:
     """The human-readable table printed after a run."""
-    head = (f"{'scenario':<34} {'conc':>4} {'steps':>6} {'steps/s':>8} {'steady':>8} {'cli ms/st':>9} "
-            f"{'srv ms/st':>9} {'model p50':>9} {'env p50':>8} {'harn p50':>8} {'ideal%':>7}")
+    head = (f"{'scenario':<46} {'conc':>4} {'steps':>6} {'steps/s':>8} {'steady':>8} {'cli ms/st':>9} "
+            f"{'srv ms/st':>9} {'model p50':>9} {'env p50':>8} {'harn p50':>8} {'ideal%':>7} {'steady%':>7}")
     lines = [head, "-" * len(head)]
+
+    def f(v: Any, spec: str, width: int) -> str:
+        return format(v, spec) if isinstance(v, (int, float)) else "-".rjust(width)
 
     def line(name: str, conc: Any, row: dict[str, Any]) -> None:
         t = row.get("timing_p50_ms") or {}
-        frac = row.get("fraction_of_ideal")
+        frac, steady = row.get("fraction_of_ideal"), row.get("steady_fraction_of_ideal")
+        lines.append(f"{name:<46} {conc:>4} {row.get('steps', 0):>6} {f(row.get('steps_per_s'), '8.1f', 8)} "
+                     f"{f(row.get('steady_steps_per_s'), '8.1f', 8)} {f(row.get('client_cpu_ms_per_step'), '9.2f', 9)} "
+                     f"{f(row.get('server_cpu_ms_per_step'), '9.2f', 9)} {f(t.get('model_ms'), '9.2f', 9)} "
+                     f"{f(t.get('env_ms'), '8.2f', 8)} {f(t.get('harness_ms'), '8.2f', 8)} "
+                     f"{f(frac * 100 if frac else None, '6.1f', 6)}% {f(steady * 100 if steady else None, '6.1f', 6)}%"
+                     .replace("-%", "- "))
 
-        def f(v: Any, spec: str) -> str:
-            return format(v, spec) if isinstance(v, (int, float)) else "-"
-
-        lines.append(f"{name:<34} {conc:>4} {row.get('steps', 0):>6} {f(row.get('steps_per_s'), '8.1f')} "
-                     f"{f(row.get('steady_steps_per_s'), '8.1f')} {f(row.get('client_cpu_ms_per_step'), '9.2f')} "
-                     f"{f(row.get('server_cpu_ms_per_step'), '9.2f')} {f(t.get('model_ms'), '9.2f')} "
-                     f"{f(t.get('env_ms'), '8.2f')} {f(t.get('harness_ms'), '8.2f')} "
-                     f"{(format(frac * 100, '6.1f') + '%') if isinstance(frac, (int, float)) else '      -'}")
-
-    for key, row in doc["zero_latency"].items():
-        line("runtime, zero latency (stub)", key[1:], row)
-    for key, row in doc["stream_transport"].items():
-        line("runtime + stream transport", key[1:], row)
-    for key, row in doc["thread_reference"].items():
-        if key.startswith("latency"):
-            continue
-        line("thread reference, zero latency", key[1:], row)
+    if any(doc[name] for name in ("zero_latency", "sharded_httpx", "stream_transport")):
+        lines.append("zero-latency stubs:")
+    for section in ("zero_latency", "sharded_httpx", "stream_transport", "thread_reference"):
+        for key, row in doc[section].items():
+            if not key.startswith("latency"):
+                line("  " + _LABELS[section], key[1:], row)
+    if doc["latency_bound"] or any(k.startswith("latency") for k in doc["thread_reference"]):
+        lines.append(f"model latency {doc['settings']['latency_ms']:.0f} ms:")
     for variant, row in doc["latency_bound"].items():
-        line(f"200 ms model: {variant}", row["concurrency"], row)
+        label = {"stub": "stub model", "sandbox_policy": "sandbox baseline policy"}.get(variant)
+        if label is None:
+            label = "stub model, " + _LABELS[variant.removeprefix("stub_")].removeprefix("runtime, ")
+        line(f"  runtime: {label}", row["concurrency"], row)
     for key, row in doc["thread_reference"].items():
         if key.startswith("latency"):
-            line("200 ms model: thread reference", row["concurrency"], row)
-    lines.append("medians over repeats; cli/srv ms/st = client/server CPU ms per step; model/env/harn p50 = "
-                 "steps[].timing medians (ms); ideal% = steps/s ÷ (concurrency / 0.2 s)")
+            line("  " + _LABELS["thread_reference"], row["concurrency"], row)
+    lines.append("medians over repeats. steps/s: whole batch; steady: while every worker was busy; cli/srv ms/st: "
+                 "client/server CPU ms per step; model/env/harn p50: steps[].timing medians (ms); "
+                 "ideal% = steps/s ÷ (concurrency / model latency)")
     return "\n".join(lines)
 
 
 def plot(doc: dict[str, Any], path: Path) -> Path | None:
-    """Steps/s vs concurrency (runtime, stream transport, thread reference); None without data."""
+    """Steps/s and client CPU per step vs concurrency for each client variant; None without data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [("runtime (httpx)", doc["zero_latency"], "o-"), ("runtime + stream transport", doc["stream_transport"], "s--"),
-              ("thread reference", {k: v for k, v in doc["thread_reference"].items() if not k.startswith("latency")}, "^:")]
+    styles = {"zero_latency": "o-", "sharded_httpx": "D-.", "stream_transport": "s--", "thread_reference": "^:"}
+    series = [(_LABELS[name], {k: v for k, v in doc[name].items() if not k.startswith("latency")}, style)
+              for name, style in styles.items()]
     if not any(rows for _, rows, _ in series):
         return None
-    fig, (ax, ax_cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax, ax_cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, rows, style in series:
         if not rows:
             continue
@@ -440,7 +463,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
         ax.plot(xs, [rows[f"c{x}"]["steps_per_s"] for x in xs], style, label=label)
         ax_cpu.plot(xs, [rows[f"c{x}"]["client_cpu_ms_per_step"] for x in xs], style, label=label)
     lo, hi = LEGACY["zero_latency_steps_per_s"]
-    ax.axhspan(lo, hi, color="grey", alpha=0.2, label="earlier harness (other run)")
+    ax.axhspan(lo, hi, color="grey", alpha=0.2, label="earlier harness, measured elsewhere")
     for a in (ax, ax_cpu):
         a.set_xscale("log", base=2)
         a.set_xticks([1, 8, 64], ["1", "8", "64"])
@@ -448,9 +471,9 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
         a.grid(True, alpha=0.3)
     ax.set_ylabel("steps / s (zero-latency stubs)")
     ax_cpu.set_ylabel("client CPU ms / step")
-    ax.legend(fontsize=8)
-    fig.suptitle(f"shopsimrl core throughput over loopback HTTP ({doc['created_at'][:10]}, {doc['machine']['cpus']} CPUs, shared)",
-                 fontsize=9)
+    ax.legend(fontsize=7)
+    fig.suptitle(f"shopsimrl core throughput over loopback HTTP ({doc['created_at'][:10]}, "
+                 f"{doc['machine']['cpus']} CPUs shared with other jobs; medians of {doc['settings']['repeats']})", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -472,14 +495,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per scenario (medians reported; default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
     parser.add_argument("--only", default=None,
-                        help="comma list of scenarios: zero_latency,latency_bound,thread_reference,stream_transport")
+                        help="comma list of scenarios: " + ",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats: must be >= 1")
     only = {s.strip() for s in args.only.split(",")} if args.only else None
-    valid = {"zero_latency", "latency_bound", "thread_reference", "stream_transport"}
+    valid = set(SCENARIOS)
     if only and not only <= valid:
         parser.error(f"--only: unknown scenario(s) {sorted(only - valid)}; choose from {sorted(valid)}")
     started = time.perf_counter()

@@ -18,6 +18,12 @@ minus the turns already taken) and the task text, make it sometimes ignore the b
 first option value, buy the first product it opens, or search with the instruction's words only —
 so its success rate on the synthetic catalog is informative (about 35–45 %) rather than 0 or 100 %.
 
+Like an instruction-following model, it heeds strategy hints: the ``<skill …>…</skill>`` blocks of
+the system message (the runtime's skill block) are read, and a hint whose text addresses one of the
+lapses (choosing each option per the request, checking the price against the budget, comparing
+several candidates before buying, searching with the key product words) makes that lapse rarer
+(``SKILL_LAPSE_FACTOR`` times its base rate). Without skill blocks the play is exactly as before.
+
 Wire format follows vLLM/SGLang: ``POST /v1/chat/completions`` (JSON, or SSE chunks with
 ``stream: true``), ``GET /v1/models``, OpenAI error bodies, ``reasoning_content`` unless thinking
 is switched off, ``usage`` (in streams only with ``stream_options.include_usage``).
@@ -31,6 +37,7 @@ import json
 import random
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -51,6 +58,7 @@ __all__ = [
     "decide_action",
     "measure_success",
     "play_episode",
+    "hinted_lapses",
     "read_transcript",
     "search_query",
     "tools_for_state",
@@ -71,6 +79,8 @@ LAPSE_FIRST_OPTION = 0.4
 LAPSE_IMPATIENT = 0.4
 LAPSE_TERSE_QUERY = 0.5
 LAPSE_RUNNER_UP = 0.05
+SKILL_LAPSE_FACTOR = 0.25
+"""A lapse that a skill hint in the system message addresses keeps this fraction of its base rate."""
 
 
 # --- reading the conversation ------------------------------------------------------------------
@@ -97,6 +107,8 @@ class Transcript:
     past_actions: list[tuple[str, str]] = field(default_factory=list)
     turns: int = 0
     """Model turns already taken (assistant answers and repair prompts): the step index minus one."""
+    skill_hints: list[str] = field(default_factory=list)
+    """Texts of the ``<skill …>…</skill>`` blocks found in system messages, in order."""
 
 
 def _text_of(content: Any) -> str:
@@ -127,6 +139,8 @@ def read_transcript(messages: list[Any], tools: list[Any] | None) -> Transcript:
         if role == "assistant" or (role == "user" and _is_protocol_feedback(text) and previous_role != "assistant"):
             t.turns += 1
         previous_role = role
+        if role == "system":
+            t.skill_hints.extend(m.strip() for m in _SKILL_BLOCK.findall(text))
         if role == "system" and _PERSONA_HEADER in text:
             raw = text.split(_PERSONA_HEADER, 1)[1]
             try:
@@ -173,6 +187,35 @@ def read_transcript(messages: list[Any], tools: list[Any] | None) -> Transcript:
         t.search_offered = "- 支持商品搜索" in t.observation
         t.click_enum = _clickables(t.observation)
     return t
+
+
+_SKILL_BLOCK = re.compile(r"<skill\b[^>]*>(.*?)</skill>", re.S)
+
+# What a hint must talk about to address each lapse (Chinese like the environment and the mined
+# chunks, plus the English wording of the same advice). Cues are deliberately specific: a hint about
+# paging, loops or protocol must not read as "compare candidates" or "mind the budget".
+_LAPSE_CUES: dict[str, re.Pattern[str]] = {
+    "ignore_budget": re.compile(r"预算|budget"),
+    "first_option": re.compile(
+        r"与要求最接近|符合要求的值|不要保留默认|默认值|第一个值|"
+        r"first (?:option |listed )?value|default (?:option|value)|"
+        r"(?:each|every) option (?:axis|dimension)[^.\n]{0,60}(?:instruction|persona|profile|request)"),
+    "impatient": re.compile(
+        r"比较(?:两三|两到三|几|多)个|换一个商品|换商品|返回结果页换|"
+        r"compare (?:several|two|three|a few|multiple)|another product|(?:return|go back) to the results"),
+    "terse_query": re.compile(
+        r"搜索词[^。\n]{0,20}(?:属性|关键词|名词)|用[^。\n]{0,10}关键词搜索|"
+        r"(?:search|query)[^.\n]{0,40}(?:key (?:product )?words|attributes?)"),
+}
+
+
+def hinted_lapses(hints: list[str]) -> frozenset[str]:
+    """Names of the ``Lapses`` fields that at least one of the skill hint texts addresses."""
+    found = set()
+    for hint in hints:
+        text = hint.casefold()
+        found.update(name for name, cue in _LAPSE_CUES.items() if cue.search(text))
+    return frozenset(found)
 
 
 def _clickables(observation: str) -> list[str]:
@@ -305,10 +348,18 @@ class Lapses:
     terse_query: bool = False
 
     @classmethod
-    def draw(cls, rng: random.Random) -> "Lapses":
-        """Draw each lapse independently with its ``LAPSE_*`` probability."""
-        return cls(rng.random() < LAPSE_IGNORE_BUDGET, rng.random() < LAPSE_FIRST_OPTION,
-                   rng.random() < LAPSE_IMPATIENT, rng.random() < LAPSE_TERSE_QUERY)
+    def draw(cls, rng: random.Random, hinted: frozenset[str] = frozenset()) -> "Lapses":
+        """Draw each lapse independently with its ``LAPSE_*`` probability.
+
+        A lapse named in ``hinted`` (see ``hinted_lapses``) uses ``SKILL_LAPSE_FACTOR`` times that
+        probability. The same four uniform draws are made either way, so with the same ``rng`` a hint
+        only ever removes a lapse and no hint gives exactly the unhinted draw.
+        """
+        def lapse(name: str, rate: float) -> bool:
+            return rng.random() < (rate * SKILL_LAPSE_FACTOR if name in hinted else rate)
+
+        return cls(lapse("ignore_budget", LAPSE_IGNORE_BUDGET), lapse("first_option", LAPSE_FIRST_OPTION),
+                   lapse("impatient", LAPSE_IMPATIENT), lapse("terse_query", LAPSE_TERSE_QUERY))
 
 
 def decide_action(t: Transcript, rng: random.Random, lapses: Lapses | None = None) -> PolicyAction:
@@ -435,7 +486,8 @@ class _PolicyServer:
         # without seeds the lapses depend on the task alone.
         episode_seed = request_seed - transcript.turns if has_seed else None
         lapses = Lapses.draw(random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|"
-                                           f"{transcript.persona_text}")) if self.lapses else Lapses()
+                                           f"{transcript.persona_text}"),
+                             hinted_lapses(transcript.skill_hints)) if self.lapses else Lapses()
         action = decide_action(transcript, rng, lapses)
         use_tools = tools is not None and body.get("tool_choice") != "none"
         reasoning = action.rationale if _thinking_enabled(body) else None
@@ -576,6 +628,14 @@ def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfi
 
 _SYSTEM_PROMPT = ("你在一个模拟购物网站上为用户购物。每轮只调用一个提供的工具：可搜索时用简洁关键词 search，"
                   "click 必须原样复制一个可点击值；购买前为每个规格轴选择取值。")
+_SKILL_HEADER = "[策略提示（可选参考）]\n下面是通用的购物策略提示，不一定适用于本次任务；采用前请对照当前任务和页面逐条核实。"
+
+
+def _skill_block(skills: Sequence[str]) -> str:
+    lines = [_SKILL_HEADER]
+    for number, content in enumerate(skills, start=1):
+        lines += [f'<skill id="hint-{number}" version="1">', content.strip(), "</skill>"]
+    return "\n".join(lines)
 
 
 def tools_for_state(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -598,11 +658,14 @@ def tools_for_state(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def play_episode(env: Any, model: Any, task_id: int, *, persona: bool = True, seed: int = 0,
-                       model_name: str = SERVED_MODEL, max_steps: int = 30) -> dict[str, Any]:
+                       model_name: str = SERVED_MODEL, max_steps: int = 30,
+                       skills: Sequence[str] = ()) -> dict[str, Any]:
     """Play one episode with ``httpx.AsyncClient`` s for the environment and the policy; returns the final result.
 
     ``env`` posts to ``/api/shop_agent``; ``model`` to ``/v1/chat/completions`` (base URL ending in
-    ``/v1``). The lease is always released. Raises ``RuntimeError`` on an HTTP error answer.
+    ``/v1``). ``skills`` (hint texts) are appended to the system message as ``<skill>`` blocks, laid
+    out like the runtime's skill block; none gives the bare prompt. The lease is always released.
+    Raises ``RuntimeError`` on an HTTP error answer.
     """
     reset = (await env.post("/api/shop_agent", json={"action": "reset", "idx": task_id, "if_persona": persona})).json()
     result = reset["result"]
@@ -612,6 +675,8 @@ async def play_episode(env: Any, model: Any, task_id: int, *, persona: bool = Tr
     system = _SYSTEM_PROMPT
     if result.get("user_persona"):
         system += "\n\n" + _PERSONA_HEADER + json.dumps(result["user_persona"], ensure_ascii=False, sort_keys=True)
+    if skills:
+        system += "\n\n" + _skill_block(skills)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system},
         {"role": "user", "content": _TASK_PREFIX + result["task_instruction"] + "\n\n" + result["observation"]}]
@@ -658,10 +723,11 @@ async def play_episode(env: Any, model: Any, task_id: int, *, persona: bool = Tr
 
 
 async def measure_success(env_url: str, policy_url: str, task_ids: list[int], *, persona: bool = True,
-                          seed: int = 0, concurrency: int = 8, model_name: str = SERVED_MODEL) -> dict[str, Any]:
+                          seed: int = 0, concurrency: int = 8, model_name: str = SERVED_MODEL,
+                          skills: Sequence[str] = ()) -> dict[str, Any]:
     """Play every task once over real HTTP and return ``{episodes, successes, success_rate, mean_reward}``.
 
-    ``policy_url`` is the OpenAI base URL (ending in ``/v1``).
+    ``policy_url`` is the OpenAI base URL (ending in ``/v1``); ``skills`` as in ``play_episode``.
     """
     import httpx
 
@@ -671,7 +737,7 @@ async def measure_success(env_url: str, policy_url: str, task_ids: list[int], *,
         async def one(task_id: int) -> dict[str, Any]:
             async with gate:
                 return await play_episode(env, model, task_id, persona=persona, seed=seed + task_id,
-                                          model_name=model_name)
+                                          model_name=model_name, skills=skills)
         finals = await asyncio.gather(*(one(t) for t in task_ids))
     successes = sum(int((f.get("reward_detail") or {}).get("r_success", 0)) for f in finals)
     rewards = [float(f.get("reward") or 0.0) for f in finals]

@@ -412,6 +412,7 @@ def mine_candidates(
 
     Raises:
         SkillError (``evidence-not-train``): a label row or trace is not from the train split.
+        SkillError (``redacted-evidence``): the traces are an export (their goals are gone).
         TraceFormatError: the labels table or traces file is missing or of an unknown version.
     """
     provider = provider or RuleBasedMiner()
@@ -419,6 +420,10 @@ def mine_candidates(
     require_train_only(df.get_column("split").to_list(), str(labels_path))
     records = list(iter_latest_records(traces_path))
     require_train_only([(r.get("job") or {}).get("split") for r in records], str(traces_path))
+    if any("redaction" in r for r in records):
+        # The firewall needs the private goal (titles, gold options) that exports remove.
+        raise SkillError(f"{traces_path}: holds exported (redacted) traces; mine the raw run directory instead",
+                         code="redacted-evidence")
     rows = df.to_dicts()
     label_ids = {r["episode_id"] for r in rows}
     trace_ids = {r["episode_id"] for r in records}

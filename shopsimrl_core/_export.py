@@ -349,12 +349,16 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
 
 
 def _cmd_gate_a(args: argparse.Namespace) -> int:
-    from ._gate import GateAConfig, run_gate_a
+    from ._gate import GateAConfig, plan_gate_a, run_gate_a
 
-    result = run_gate_a(GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
-                                    bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
-                                    mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
-                                    bootstrap_samples=args.bootstrap_samples))
+    settings = GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
+                           bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
+                           mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
+                           bootstrap_samples=args.bootstrap_samples)
+    if args.plan:
+        _print(plan_gate_a(settings))
+        return 0
+    result = run_gate_a(settings)
     _print({"status": result.status, "selected_chunk_ids": result.selected_chunk_ids,
             "selected_skillbank": str(result.selected_skillbank_path) if result.selected_skillbank_path else None})
     return 0 if result.status == "complete" else 1
@@ -439,6 +443,7 @@ def register_export_cli(subparsers: Any) -> None:
     g.add_argument("--mask-seed", type=int, default=20260901)
     g.add_argument("--active-skill-budget", type=int, default=None)
     g.add_argument("--bootstrap-samples", type=int, default=1000)
+    g.add_argument("--plan", action="store_true", help="print the gate plan (reads and checks the bare run; no rollouts)")
     g.set_defaults(handler=_cmd_gate_a)
 
     pl = subparsers.add_parser("candidate-pool", help="ADD/REWRITE candidate pool against an active SkillBank")

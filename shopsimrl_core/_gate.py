@@ -57,6 +57,7 @@ __all__ = [
     "pair_observations",
     "select_chunks",
     "run_gate_a",
+    "plan_gate_a",
     "build_candidate_pool",
     "validate_pool",
     "online_slots",
@@ -185,6 +186,9 @@ def read_validation_traces(path: str | Path) -> dict[str, dict[str, Any]]:
             eid = record.get("episode_id")
             if not isinstance(eid, str) or not eid:
                 raise _gate_error(f"{p}:{number}: validation trace has no episode_id")
+            if "redaction" in record:
+                raise _gate_error(f"{p}:{number}: exported (redacted) traces are not validation input; "
+                                  "use the raw run directory")
             if eid in completed:
                 if is_complete(record):
                     raise _gate_error(f"{p}:{number}: duplicate completed validation trace for {eid}")
@@ -490,18 +494,25 @@ def _check_draft(draft: dict[str, Any], bank: dict[str, Any], source: Path) -> l
     return ids
 
 
-def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwargs: Any) -> GateAResult:
-    """Run (or resume) Gate A and write its outputs into ``settings.output_dir``.
+@dataclass
+class _PreparedGateA:
+    out: Path
+    config: Any
+    plan: Any
+    draft: dict[str, Any]
+    draft_path: Path
+    bank: dict[str, Any]
+    bank_path: Path
+    chunk_ids: list[str]
+    budget: int
+    draft_sha: str
+    baseline: BareBaseline
+    assignments: dict[str, Any]
+    assignment_path: Path
 
-    Order: config checks → draft checks → bare preflight (§14.2) → assignments → zero fit of the
-    design → masked run → pairing → OLS per metric + bootstrap → selection → outputs. The status is
-    ``incomplete`` (and no contributions or bank are written) when the masked run is not complete.
 
-    Raises:
-        SkillError: a failed check (config, draft, preflight, design rank, pairing), with the
-            spec's message.
-        ConfigError / FingerprintMismatch / RunLockedError: from the evaluator.
-    """
+def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
+    # Everything before the first rollout: config, draft, preflight, assignments, design check.
     from ._config import load_config
     from ._plan import build_plan
     from ._skills import load_skillbank
@@ -528,7 +539,6 @@ def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwa
     if not isinstance(budget, int) or not 1 <= budget <= len(chunk_ids):
         raise _gate_error(f"active_skill_budget must be 1..{len(chunk_ids)} (got {budget})", code="gate-config")
     draft_sha = fingerprint(draft)
-
     plan = build_plan(config)
     baseline = preflight_bare_run(settings.bare_run_dir, plan.semantic, send_seed=config.model.send_seed)
     assignments = build_assignments(plan.jobs, chunk_ids, mask_seed=settings.mask_seed, draft_sha256=draft_sha)
@@ -540,16 +550,61 @@ def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwa
                               "use a new gate output_dir", code="gate-resume-mismatch")
         assignments = existing
     check_design([a["mask"] for a in assignments["assignments"]])
+    return _PreparedGateA(out, config, plan, draft, draft_path, bank, bank_path, chunk_ids, budget, draft_sha, baseline,
+                          assignments, assignment_path)
+
+
+def _gate_a_block(p: _PreparedGateA, settings: GateAConfig) -> dict[str, Any]:
+    semantic_baseline = {k: v for k, v in p.baseline.digest.items() if k != "run_dir"}
+    return {"trace2skill_gate": {"estimator": PAIRED_ESTIMATOR_NAME, "bare_baseline": semantic_baseline, "gate": "A",
+                                 "draft_sha256": p.draft_sha, "assignment_sha256": p.assignments["assignment_sha256"],
+                                 "mask_seed": settings.mask_seed, "mask_probability": MASK_PROBABILITY,
+                                 "active_skill_budget": p.budget}}
+
+
+def plan_gate_a(settings: GateAConfig) -> dict[str, Any]:
+    """What ``gate-a-plan`` prints (spec §16.4): no rollout, but the bare run is read and checked.
+
+    Raises:
+        SkillError: as :func:`run_gate_a` before its first rollout.
+    """
+    from ._hashing import fingerprint as _fp
+
+    p = _prepare_gate_a(settings)
+    semantic = {**p.plan.semantic, "skills": AssignedSkillBank(p.bank, p.assignments).identity, **_gate_a_block(p, settings)}
+    counts = {c: sum(1 for a in p.assignments["assignments"] if c in a["included_chunk_ids"]) for c in p.chunk_ids}
+    return {"gate": "A", "estimator": PAIRED_ESTIMATOR_NAME, "bare_baseline": p.baseline.digest,
+            "output_dir": str(p.out), "draft_path": str(p.draft_path), "draft_sha256": p.draft_sha,
+            "chunks": len(p.chunk_ids), "active_skill_budget": p.budget, "tasks": len(p.plan.jobs),
+            "split": "val", "persona": p.plan.persona, "mask_seed": settings.mask_seed,
+            "mask_probability": MASK_PROBABILITY, "assignment_sha256": p.assignments["assignment_sha256"],
+            "included_counts": counts, "design_matrix": "full_rank", "semantic_plan_fingerprint": _fp(semantic),
+            "model": p.plan.model_identity}
+
+
+def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwargs: Any) -> GateAResult:
+    """Run (or resume) Gate A and write its outputs into ``settings.output_dir``.
+
+    Order: config checks → draft checks → bare preflight (§14.2) → assignments → zero fit of the
+    design → masked run → pairing → OLS per metric + bootstrap → selection → outputs. The status is
+    ``incomplete`` (and no contributions or bank are written) when the masked run is not complete.
+
+    Raises:
+        SkillError: a failed check (config, draft, preflight, design rank, pairing), with the
+            spec's message.
+        ConfigError / FingerprintMismatch / RunLockedError: from the evaluator.
+    """
+    p = _prepare_gate_a(settings)
+    out, config, plan, draft, draft_path, bank, bank_path = p.out, p.config, p.plan, p.draft, p.draft_path, p.bank, p.bank_path
+    chunk_ids, budget, draft_sha, baseline, assignments = p.chunk_ids, p.budget, p.draft_sha, p.baseline, p.assignments
+    assignment_path = p.assignment_path
     out.mkdir(parents=True, exist_ok=True)
     if not assignment_path.exists():
         write_json_atomic(assignment_path, assignments)
 
     provider = AssignedSkillBank(bank, assignments)
     semantic_baseline = {k: v for k, v in baseline.digest.items() if k != "run_dir"}
-    block = {"trace2skill_gate": {"estimator": PAIRED_ESTIMATOR_NAME, "bare_baseline": semantic_baseline, "gate": "A",
-                                  "draft_sha256": draft_sha, "assignment_sha256": assignments["assignment_sha256"],
-                                  "mask_seed": settings.mask_seed, "mask_probability": MASK_PROBABILITY,
-                                  "active_skill_budget": budget}}
+    block = _gate_a_block(p, settings)
     if runner is None:
         from ._evaluator import run_evaluation as runner  # type: ignore[no-redef]
     result = runner(config, skill_provider=provider, plan_blocks=block, **run_kwargs)

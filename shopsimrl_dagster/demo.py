@@ -45,6 +45,7 @@ __all__ = ["DemoConfig", "load_demo_config", "LocalSandbox", "run_demo", "main"]
 
 DEFAULT_DEMO_CONFIG = REPO_ROOT / "configs" / "demo" / "demo.yaml"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_OWN_ASSETS = {"rollout_traces", "eval_summary", "checkpoint_comparison"}
 
 
 class DemoError(Exception):
@@ -272,13 +273,17 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
         print(f"  success      {summary.get('success_interval')}")
         print(f"  steps/ep     {summary.get('steps_mean')}    protocol-error rate {summary.get('protocol_error_rate')}")
         print(f"  comparison   {comparison.get('status')}" + (f" vs {comparison.get('baseline')}" if comparison.get("status") == "compared" else ""))
+        # Assets the location adds below the evaluation lineage (labels, skills, …): their status line.
+        for name, values in row.items():
+            if isinstance(values, dict) and name not in _OWN_ASSETS and "status" in values:
+                print(f"  {name}: {values['status']}")
         print(f"  run dir      {rollout.get('run_dir')}")
         print(f"  chart        {summary.get('chart_path')}")
     print()
     print(f"All materializations are stored in the Dagster instance {home}.")
     print("See them in the UI:  make ui     (or scripts/dagster-dev.sh; then open http://127.0.0.1:3000)")
-    print("  Assets → evaluation group: frozen_split → job_plan → rollout_traces → eval_summary → checkpoint_comparison;")
-    print("  pick a checkpoint partition to see reward, success interval, per-category table and the chart.")
+    print("  Catalog → evaluation group: frozen_split → job_plan → rollout_traces → eval_summary → checkpoint_comparison;")
+    print("  open eval_summary → Partitions → a checkpoint for reward, success interval, per-category table and chart.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,7 +60,7 @@ class InferenceSettings(_Strict):
 
     base_url: str = "http://127.0.0.1:5800/v1"
     """OpenAI base URL ending in ``/v1``; a checkpoint's registry entry may name another."""
-    served_model: str = "sandbox-baseline"
+    served_model: str = "shopsim-baseline-policy"
     """Model name sent in requests when a checkpoint's entry does not name one."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key; null sends no Authorization header."""

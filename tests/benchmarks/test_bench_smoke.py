@@ -39,13 +39,15 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
     for key, row in doc["zero_latency"].items():
         _check_row(row, f"zero_latency.{key}")
         assert set(row["timing_p50_ms"]) == TIMING_KEYS and row["timing_p50_ms"]["model_ms"] > 0
-    assert set(doc["stream_transport"]) == {"c1", "c8", "c64"}
-    for key, row in doc["stream_transport"].items():
-        _check_row(row, f"stream_transport.{key}")
+    for section in ("sharded_httpx", "stream_transport"):  # the transport seam carries other transports
+        assert set(doc[section]) == {"c1", "c8", "c64"}, section
+        for key, row in doc[section].items():
+            _check_row(row, f"{section}.{key}")
+            assert row["steps"] == doc["zero_latency"][key]["steps"], "same plan, same stub: same episodes"
     assert {"c1", "c8", "c64"} <= set(doc["thread_reference"])
     for key, row in doc["thread_reference"].items():
         _check_row(row, f"thread_reference.{key}")
-    assert set(doc["latency_bound"]) == {"stub", "stub_stream_transport", "sandbox_policy"}
+    assert set(doc["latency_bound"]) == {"stub", "stub_sharded_httpx", "stub_stream_transport", "sandbox_policy"}
     for policy, row in doc["latency_bound"].items():
         _check_row(row, f"latency_bound.{policy}")
         assert row["ideal_steps_per_s"] == row["concurrency"] / 0.2
@@ -53,9 +55,9 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
             abs(row["fraction_of_ideal"] - row["steps_per_s"] / row["ideal_steps_per_s"]) < 0.01
         # the model latency knob is honoured: every model call took at least the 200 ms
         assert row["timing_p50_ms"]["model_ms"] >= 200
-    assert "c64_vs_threads" in doc["ratios"] and "c8_vs_stream_transport" in doc["ratios"]
+    assert {"c64_httpx_vs_thread_reference", "c8_httpx_vs_stream_transport", "latency_httpx_vs_sharded_httpx"} <= set(doc["ratios"])
     assert (tmp_path / doc["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "runtime, zero latency (stub)" in done.stdout and "wrote" in done.stdout
+    assert "runtime, httpx (default)" in done.stdout and "wrote" in done.stdout
 
 
 def test_steady_rate_ignores_the_tail_after_the_last_episode_start() -> None:

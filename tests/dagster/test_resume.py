@@ -45,16 +45,17 @@ def test_rerun_after_kill_completes_without_redoing_finished_episodes(tmp_path: 
         register(settings, "ckpt-killed", 5)
         traces = settings.runs_root / "val" / "ckpt-killed" / "traces.jsonl"
 
-        child = subprocess.Popen([sys.executable, str(CHILD), str(path), "ckpt-killed"], start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log = tmp_path / "child.log"
+        with log.open("wb") as sink:
+            child = subprocess.Popen([sys.executable, str(CHILD), str(path), "ckpt-killed"], start_new_session=True,
+                                     stdout=sink, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while len(_lines(traces)) < 6:
-            assert child.poll() is None, child.stderr.read().decode(errors="replace")[-2000:]
+            assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
             assert time.monotonic() < deadline, "the rollout never started writing traces"
             time.sleep(0.05)
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
-        child.stderr.close()
 
         before = {r["episode_id"] for r in _lines(traces) if r.get("status") == "completed"}
         assert 6 <= len(before) < EPISODES, "the kill must land in the middle of the rollout"

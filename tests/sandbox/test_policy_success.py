@@ -29,6 +29,22 @@ def test_val_success_rate_is_informative(sandbox: SandboxServer) -> None:
     assert health["free_slots"] == health["environment_slots"]
 
 
+def test_skill_hints_in_the_system_message_raise_success_over_http(sandbox: SandboxServer) -> None:
+    split = json.loads(sandbox.split_file.read_text(encoding="utf-8"))
+    task_ids = split["splits"]["val"]["task_ids"]
+
+    def measure(skills: list[str]) -> dict:
+        return asyncio.run(measure_success(sandbox.env_url, sandbox.policy_url, task_ids,
+                                           model_name=sandbox.served_model, skills=skills))
+
+    bare = measure([])
+    unrelated = measure(["### 思考保持简短\n- Procedure:\n  1. 尽快给出一次工具调用"])
+    assert unrelated == bare  # a hint about nothing the policy lapses on changes no decision
+    hinted = measure(["### 搜索词\n- Procedure:\n  1. 搜索词以商品类型的名词为主，再加一两个关键属性",
+                      "### 逐项选规格\n- Procedure:\n  1. 对每个规格轴逐一点击与要求最接近的值，不要保留默认值"])
+    assert hinted["success_rate"] > bare["success_rate"], (bare, hinted)
+
+
 def test_policy_fault_flags_reach_the_served_policy() -> None:
     faults = FaultConfig(malformed_rate=1.0, malformed_kinds=("bad_json",), seed=4)
     with SandboxServer(catalog_path="example", slots=2, policy_faults=faults) as server:

@@ -1,12 +1,5 @@
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from shopsimrl_core._analyst import REPAIR_INSTRUCTION, AnalystCandidateProvider
@@ -15,29 +8,6 @@ from shopsimrl_core._errors import SkillError
 from shopsimrl_core._firewall import context_from_traces
 from shopsimrl_core._labels import label_episode
 from tracegen import make_trace
-
-
-@pytest.fixture(scope="module")
-def stub(tmp_path_factory):
-    log = tmp_path_factory.mktemp("stub") / "requests.jsonl"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, STUB_LOG=str(log), PYTHONPATH=str(Path(__file__).parent))
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "analyst_stub:app", "--host", "127.0.0.1", "--port",
-                             str(port), "--log-level", "warning"], env=env, cwd=str(Path(__file__).parent))
-    base = f"http://127.0.0.1:{port}/v1"
-    for _ in range(200):
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    try:
-        yield base, log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _records():

@@ -109,3 +109,33 @@ def test_candidates_refuse_val_evidence(pipeline):
     assert not result.success
     failures = [e for e in result.all_events if e.is_step_failure]
     assert "evidence-not-train" in failures[0].step_failure_data.error.message
+
+
+def test_candidates_through_the_inference_endpoint_analyst(tmp_path, stub, monkeypatch):
+    """provider=analyst reaches the checkpoint's InferenceEndpoint (here the loopback analyst stub)."""
+    from tracegen import make_trace, write_traces
+
+    base_url, _ = stub
+    base = yaml.safe_load((REPO_ROOT / "configs" / "pipeline" / "pipeline.yaml").read_text(encoding="utf-8"))
+    base.update(runs_root=str(tmp_path / "runs"), checkpoint_registry=str(tmp_path / "registry"),
+                split_file=str(REPO_ROOT / "configs" / "sandbox" / "persona_splits.sandbox.json"))
+    base["inference"].update(base_url=base_url, served_model="analyst-model", api_key_env="STUB_ANALYST_KEY")
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(base, sort_keys=False), encoding="utf-8")
+    settings = load_pipeline_settings(tmp_path / "pipeline.yaml")
+    monkeypatch.setenv("STUB_ANALYST_KEY", "k-1")
+    register_checkpoint(settings.checkpoint_registry, Checkpoint(checkpoint_id="ckpt-b", step=1))
+    recs = [make_trace(t, s, outcome="wrong_option" if s == 0 else "success") for t in range(4) for s in range(2)]
+    write_traces(tmp_path / "runs" / "train" / "ckpt-b" / "traces.jsonl", recs)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("checkpoints", ["ckpt-b"])
+    try:
+        result = dg.materialize(ALL, selection=["episode_labels", "skill_candidates"], instance=instance,
+                                resources=resources_from_settings(settings), partition_key="ckpt-b",
+                                run_config={"ops": {"skill_candidates": {"config": {"provider": "analyst"}}}})
+    finally:
+        instance.dispose()
+    assert result.success
+    meta = _meta(result, "skill_candidates")
+    assert meta["provider"] == "analyst_model" and meta["accepted"] == 1
+    doc = json.loads((tmp_path / "runs" / "skills" / "ckpt-b" / "skill_candidates.json").read_text())
+    assert doc["provider"]["model"] == "analyst-model" and doc["provider"]["base_url"] == base_url

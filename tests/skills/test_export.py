@@ -93,3 +93,20 @@ def test_sft_export_filters_and_omits_goal(tmp_path):
     with_pe = [l for l in lines if l["episode_id"] == "task-000005__sample-000"][0]
     assistants = [m for m in with_pe["messages"] if m["role"] == "assistant"]
     assert len(assistants) == len(with_pe["tools_per_turn"]) == 5
+
+
+def test_exports_are_refused_as_skill_or_gate_input(tmp_path):
+    from shopsimrl_core._candidates import mine_candidates
+    from shopsimrl_core._errors import SkillError
+    from shopsimrl_core._gate import read_validation_traces
+    from shopsimrl_core._labels import label_run
+    run = _run(tmp_path, [make_trace(t, outcome="wrong_option") for t in range(3)])
+    fake = tmp_path / "fake_run"
+    export_traces(run, fake / "public.jsonl", profile="public")
+    (fake / "public.jsonl").rename(fake / "traces.jsonl")  # someone renames an export into a run directory
+    label_run(fake)
+    with pytest.raises(SkillError, match="exported \\(redacted\\) traces") as info:
+        mine_candidates(fake / "labels.parquet", fake / "traces.jsonl", tmp_path / "c.json")
+    assert info.value.code == "redacted-evidence"
+    with pytest.raises(SkillError, match="not validation input"):
+        read_validation_traces(fake / "traces.jsonl")

@@ -157,3 +157,17 @@ def test_assigned_provider_lookup_and_identity():
     doc["assignments"][0]["included_chunk_ids"] = ["b"]
     with pytest.raises(SkillError, match="out of scope"):
         AssignedSkillBank(bank, doc).select({"split": "val", "task_id": 19, "sample_id": 0})
+
+
+def test_gate_plan_makes_no_rollout_and_matches_the_run(tmp_path):
+    from shopsimrl_core._gate import plan_gate_a
+    bare_cfg, bare_run, draft_path = _setup(tmp_path)
+    settings = GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
+                           draft_path=draft_path, bootstrap_samples=0)
+    described = plan_gate_a(settings)
+    assert not (tmp_path / "gate").exists()
+    assert described["design_matrix"] == "full_rank" and described["tasks"] == 20 and described["chunks"] == 3
+    assert sum(described["included_counts"].values()) > 0
+    run_gate_a(settings, runner=EffectRunner({}))
+    assignments = json.loads((tmp_path / "gate" / "mask_assignments.json").read_text())
+    assert described["assignment_sha256"] == assignments["assignment_sha256"]

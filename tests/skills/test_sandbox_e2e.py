@@ -66,6 +66,10 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
     assert any(r["selected_skills"] for r in masked)
     manifest = json.loads((tmp_path / "runs" / "gate-a" / "manifest.json").read_text())
     assert manifest["plan"]["trace2skill_gate"]["assignment_sha256"] == contributions["assignment_sha256"]
+    from shopsimrl_core._gate import plan_gate_a
+    described = plan_gate_a(GateAConfig(output_dir=tmp_path / "runs" / "gate-a", experiment_config=bare_cfg,
+                                        bare_run_dir=bare.run_dir, draft_path=draft_path))
+    assert described["semantic_plan_fingerprint"] == manifest["plan_fingerprint"]
 
     # Rerunning the gate resumes: no new trace lines.
     lines_before = len(masked)

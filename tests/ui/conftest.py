@@ -150,7 +150,7 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)

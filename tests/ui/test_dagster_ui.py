@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ui
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.ui,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing: install Debian chromium "
+                       "(scripts/setup.sh --ui) to run the browser test"),
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 CHECKPOINT = "ui-step-000100"
 LINEAGE = ["frozen_split", "job_plan", "rollout_traces", "eval_summary", "checkpoint_comparison"]
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -27,19 +31,17 @@ def output_dir(request: pytest.FixtureRequest) -> Path:
     return folder
 
 
-def _dismiss_community_dialog(page) -> None:
+def _dismiss_community_dialog(page, timeout_ms: int = 5000) -> None:
     # A fresh instance greets the first visit with "Join the Dagster community"; it covers the page.
     skip = page.get_by_role("button", name="Skip")
     try:
-        skip.wait_for(timeout=5000)
+        skip.wait_for(timeout=timeout_ms)
     except Exception:
         return
     skip.click()
 
 
 def test_lineage_and_partition_reward_render_in_chromium(dagster_dev, output_dir: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian chromium (scripts/setup.sh --ui) to run the browser test")
     from playwright.sync_api import sync_playwright
 
     dagster_dev.add_partition(CHECKPOINT)
@@ -64,7 +66,7 @@ def test_lineage_and_partition_reward_render_in_chromium(dagster_dev, output_dir
 
             page.goto(f"{dagster_dev.base_url}/assets/eval_summary?view=partitions&partition={CHECKPOINT}",
                       wait_until="networkidle")
-            _dismiss_community_dialog(page)
+            _dismiss_community_dialog(page, timeout_ms=1000)
             page.get_by_text("success_interval", exact=True).first.wait_for(timeout=30000)
             partition_text = page.inner_text("body")
             page.screenshot(path=str(output_dir / "eval-summary-partition.png"))

@@ -1,0 +1,75 @@
+"""The trace audit behind the blocking checks, on real sandbox traces with planted defects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from shopsimrl_dagster.defs import assets as lineage
+from shopsimrl_dagster.defs.checks import rollout_check_results
+from shopsimrl_dagster.trace_audit import audit_traces
+
+
+def _real_traces(settings, resources, register) -> Path:
+    register(settings, "ckpt-audit", 1)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", ["ckpt-audit"])
+        assert dg.materialize([lineage.frozen_split, lineage.job_plan], resources=resources, instance=instance).success
+        result = dg.materialize([lineage.rollout_traces], resources=resources, instance=instance, partition_key="ckpt-audit")
+    assert result.success
+    return settings.runs_root / "val" / "ckpt-audit" / "traces.jsonl"
+
+
+def test_planted_goal_text_schema_break_and_torn_line_are_each_reported(
+    tmp_path: Path, sandbox_settings, sandbox_resources, register
+) -> None:
+    source = _real_traces(sandbox_settings, sandbox_resources, register)
+    records = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()]
+    clean = audit_traces(source)
+    assert (clean.lines, clean.invalid_count, clean.torn_lines, clean.leaks) == (8, 0, 0, [])
+
+    # A persona task whose full instruction differs from what the agent was shown.
+    victim = next(r for r in records if r["final"]["goal"]["instruction_text"] != r["reset"]["task_instruction"])
+    victim["conversation"][1]["content"] += "\n" + victim["final"]["goal"]["instruction_text"]
+    broken = dict(records[0], schema_version="shopsimrl-episode-v3")
+    planted = tmp_path / "traces.jsonl"
+    lines = [json.dumps(r, ensure_ascii=False) for r in records] + [json.dumps(broken, ensure_ascii=False), '{"episode_id": "task-0000']
+    planted.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    audit = audit_traces(planted)
+    assert audit.torn_lines == 1
+    assert audit.invalid_count == 1 and "schema_version" in audit.invalid[0] and audit.invalid[0].startswith("line 9:")
+    assert audit.leaks == [f"{victim['episode_id']}: conversation.1 (user) contains goal.instruction_text"]
+
+    results = {r.check_name: r.passed for r in rollout_check_results(
+        coverage=1.0, audit=audit, manifest=None, job_plan=None, guarded=False,
+        ledger_path=tmp_path / "ledger.jsonl", run_dir=tmp_path,
+    )}
+    assert results == {
+        "coverage_complete": True,
+        "trace_lines_valid": False,
+        "plan_matches_job_plan": False,
+        "no_private_goal_in_prompts": False,
+        "test_split_opt_in_recorded": True,
+    }
+
+
+def test_a_guarded_run_without_its_opt_in_record_fails_the_check(tmp_path: Path) -> None:
+    audit = audit_traces(tmp_path / "missing.jsonl")
+    manifest = {"plan_fingerprint": "abc", "plan": {}}
+    results = {r.check_name: (r.passed, r.description) for r in rollout_check_results(
+        coverage=0.0, audit=audit, manifest=manifest, job_plan={"jobs_fingerprint": "x"}, guarded=True,
+        ledger_path=tmp_path / "test-access.jsonl", run_dir=tmp_path,
+    )}
+    passed, text = results["test_split_opt_in_recorded"]
+    assert not passed and "no test_access opt-in record" in text
+    manifest["test_access"] = {"opted_in": True, "source": "dagster run r1"}
+    (tmp_path / "test-access.jsonl").write_text(json.dumps({"run_dir": str(tmp_path), "plan_fingerprint": "abc", "at": "t"}) + "\n")
+    results = {r.check_name: r.passed for r in rollout_check_results(
+        coverage=1.0, audit=audit, manifest=manifest, job_plan={"jobs_fingerprint": "x"}, guarded=True,
+        ledger_path=tmp_path / "test-access.jsonl", run_dir=tmp_path,
+    )}
+    assert results["test_split_opt_in_recorded"] is True
+    assert results["plan_matches_job_plan"] is False  # the stored fingerprint is not the plan's
