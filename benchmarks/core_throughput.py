@@ -295,7 +295,7 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
     """Run every scenario (or those in *only*) and return the JSON-ready result document."""
     from benchmarks._thread_reference import run_thread_reference
 
-    max_steps = 3 if quick else 10
+    max_steps = 2 if quick else 10
     levels = (1, 8, 64)
     # episodes per level: a few seconds of work each; the same plan seed → the same episodes
     zero_episodes = {1: 3, 8: 8, 64: 16} if quick else {1: 30, 8: 96, 64: 128}
@@ -496,11 +496,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
     parser.add_argument("--only", default=None,
                         help="comma list of scenarios: " + ",".join(SCENARIOS))
-    parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"JSON output (default {RESULTS}; with --quick a temporary directory, so a smoke run "
+                             "never replaces measured results)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats: must be >= 1")
+    if args.out is None:
+        args.out = Path(tempfile.gettempdir()) / "shopsimrl-bench-quick" / RESULTS.name if args.quick else RESULTS
     only = {s.strip() for s in args.only.split(",")} if args.only else None
     valid = set(SCENARIOS)
     if only and not only <= valid:

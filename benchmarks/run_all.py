@@ -6,7 +6,8 @@ A benchmark is any module ``benchmarks/<name>.py`` (not starting with ``_``, not
 defines ``main(argv) -> int``; each prints its own table and writes its JSON into
 benchmarks/results/. Each runs in its own subprocess so one crash or leaked server does not
 affect the next. ``--quick`` is passed to the benchmarks that accept it (tiny sizes: a smoke run
-whose numbers mean nothing). The exit code is non-zero when any benchmark failed.
+whose numbers mean nothing, written outside benchmarks/results/); benchmarks without ``--quick``
+are skipped then. The exit code is non-zero when any benchmark failed.
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run_all: --only: unknown benchmark(s) {unknown}; available: {', '.join(names)}", file=sys.stderr)
             return 2
         names = [n for n in names if n in wanted]
-    status: list[tuple[str, int, float]] = []
+    status: list[tuple[str, int | None, float]] = []
     for name in names:
         cmd = [sys.executable, "-m", f"benchmarks.{name}"]
-        if args.quick and _accepts(name, '"--quick"'):
+        if args.quick:
+            if not _accepts(name, '"--quick"'):
+                print(f"=== {name}: skipped (no --quick mode)", flush=True)
+                status.append((name, None, 0.0))
+                continue
             cmd.append("--quick")
         print(f"=== {name}: {' '.join(cmd[1:])}", flush=True)
         started = time.perf_counter()
@@ -64,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         print(flush=True)
     print("=== summary")
     for name, code, seconds in status:
-        print(f"{name:<24} {'ok' if code == 0 else f'FAILED (exit {code})':<16} {seconds:7.1f} s")
+        state = "skipped" if code is None else "ok" if code == 0 else f"FAILED (exit {code})"
+        print(f"{name:<24} {state:<16} {seconds:7.1f} s")
     print(f"results in {HERE / 'results'}")
-    return 0 if all(code == 0 for _, code, _ in status) else 1
+    return 0 if all(code in (0, None) for _, code, _ in status) else 1
 
 
 if __name__ == "__main__":

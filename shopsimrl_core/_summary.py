@@ -11,6 +11,7 @@ aggregation. The legacy keys keep their exact definitions (pooled ``invalid_acti
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,15 @@ def episode_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _fmean(series: Any) -> float | None:
+    # Polars selects the values; the mean itself is an exactly rounded sum (math.fsum) divided by n,
+    # which agrees with Python's own float means, not with a summation-order-dependent result.
+    values = series.drop_nulls().to_list()
+    return None if not values else math.fsum(values) / len(values)
+
+
 def _mean(frame: Any, column: str) -> float | None:
-    series = frame.get_column(column).drop_nulls()
-    return None if series.len() == 0 else float(series.mean())
+    return _fmean(frame.get_column(column))
 
 
 def _ci_dict(low_high: tuple[float, float] | None, **meta: Any) -> dict[str, Any] | None:
@@ -181,10 +188,10 @@ def build_summary(
 
     completed_n = done.height
     scored = done.get_column("reward").drop_nulls()
-    reward_mean = None if scored.len() == 0 else float(scored.mean())
-    reward_sem = None if scored.len() < 2 else float(scored.std(ddof=1)) / math.sqrt(scored.len())
+    reward_mean = _fmean(scored)
+    reward_sem = None if scored.len() < 2 else statistics.stdev(scored.to_list()) / math.sqrt(scored.len())
     success = done.get_column("r_success").drop_nulls()
-    success_rate = None if success.len() == 0 else float(success.mean())
+    success_rate = _fmean(success)
 
     counts: dict[str, Any] = {
         "requested": requested,
@@ -224,7 +231,7 @@ def build_summary(
         else None
     )
     behavior = {
-        "steps_mean": float(done.get_column("n_steps").mean()) if completed_n else None,
+        "steps_mean": _fmean(done.get_column("n_steps").cast(pl.Float64)) if completed_n else None,
         "model_steps": model_steps,
         "protocol_errors": protocol_errors,
         "protocol_error_rate": (protocol_errors / model_steps) if model_steps else None,
