@@ -20,11 +20,16 @@ if [[ ! -f $stamp || "$(cat $stamp)" != "$digest" ]]; then
   echo "$digest" > $stamp
 fi
 
-if [[ $want_ui == 1 && ! -x /usr/bin/chromium ]]; then
+# The UI tests need Debian's chromium; a CJK font makes Chinese category names readable in charts and
+# screenshots (without one the charts fall back to row keys).
+if [[ $want_ui == 1 && ( ! -x /usr/bin/chromium || ! -d /usr/share/fonts/truetype/wqy ) ]]; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
-    echo "setup: installing Debian chromium for the UI tests"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || echo "setup: could not install chromium; UI tests will be skipped"
+    echo "setup: installing Debian chromium and a CJK font for the UI tests"
+    if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null); then
+      rm -f "${XDG_CACHE_HOME:-$HOME/.cache}"/matplotlib/fontlist-*.json  # let matplotlib see the new font
+    else
+      echo "setup: could not install chromium; UI tests will be skipped"
+    fi
   else
     echo "setup: /usr/bin/chromium missing and apt-get unavailable; UI tests will be skipped"
   fi

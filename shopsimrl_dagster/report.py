@@ -83,7 +83,7 @@ def write_summary_chart(path: Path, rows: list[dict[str, Any]], rewards: list[fl
     # Category names are often Chinese; use a CJK font when the machine has one, else label the
     # bars with the row keys (#1, #2, …) of the per-category table.
     cjk_font = next(
-        (name for name in ("Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei", "Droid Sans Fallback")
+        (name for name in ("Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Droid Sans Fallback")
          if any(f.name == name for f in font_manager.fontManager.ttflist)),
         None,
     )

@@ -11,7 +11,9 @@ from typing import Any
 
 import yaml
 
-EXE = [sys.executable, "-m", "shopsimrl_core._cli"]
+# The installed console script when present (what users type), else the module.
+_SCRIPT = Path(sys.executable).with_name("shopsimrl")
+EXE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shopsimrl_core._cli"]
 
 
 def _config(tmp_path: Path, sandbox: Any, **experiment: Any) -> Path:
