@@ -161,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no per-attempt lines")
     r.set_defaults(handler=_cmd_run)
 
+    rf = sub.add_parser("retry-failed", help="rerun only episodes whose latest record failed (= run --only-failed)")
+    rf.add_argument("config", help="evaluation YAML")
+    rf.add_argument("--allow-test-split", action="store_true", help="opt in to a guarded test split (this invocation only)")
+    rf.add_argument("--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation")
+    rf.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto")
+    rf.add_argument("--quiet", action="store_true", help="no per-attempt lines")
+    rf.set_defaults(handler=_cmd_run, only_failed=True, allow_test_rerun=False, overwrite=False, resume=True, max_episode_retries=None)
+
     s = sub.add_parser("summarize", help="rebuild summary.json from traces.jsonl and print it")
     s.add_argument("run_dir", help="run directory")
     s.add_argument("--requested", type=_non_negative, default=None, help="planned episode count (default: manifest jobs)")

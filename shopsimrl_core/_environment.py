@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from ._errors import LeaseError, ShopSimulatorError
+from ._transport import select_transport
 from ._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
 
 __all__ = [
@@ -65,7 +66,8 @@ class ShopSimulatorClient:
 
     **Parameters:** ``base_url``; ``timeout`` (seconds for every call except the read of ``reset``);
     ``persona`` (sent as ``if_persona``); ``max_connections`` (per pool); ``transport`` (the httpx
-    seam); ``expected_environment_versions`` (None: any version accepted and recorded);
+    seam, shared by both pools; it wins over ``http_transport``); ``http_transport`` (``auto`` |
+    ``httpx`` | ``streams``, see ``_transport.py``); ``expected_environment_versions`` (None: any version accepted and recorded);
     ``expected_observation_versions`` (None: the versions this runtime knows; an empty collection
     disables the check).
     """
@@ -80,6 +82,7 @@ class ShopSimulatorClient:
         transport: httpx.AsyncBaseTransport | None = None,
         expected_environment_versions: Iterable[str] | None = None,
         expected_observation_versions: Iterable[str] | None = None,
+        http_transport: str = "auto",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/api/shop_agent"
@@ -94,6 +97,8 @@ class ShopSimulatorClient:
         )
         self.expected_observation_versions = observation_versions or None
         self._transport = transport
+        self.http_transport = http_transport
+        select_transport(self.url, mode=http_transport)  # a bad mode fails here, not at the first call
         self._step_client: httpx.AsyncClient | None = None
         self._reset_client: httpx.AsyncClient | None = None
         self._closed = False
@@ -113,14 +118,22 @@ class ShopSimulatorClient:
         if self._step_client is None or self._reset_client is None:
             limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
             # proxies are never honoured for the environment (§8.1): trust_env=False
+            # each pool gets its own selected transport: blocked resets must not hold step connections
+            step_transport, reset_transport = (
+                (self._transport, self._transport)
+                if self._transport is not None
+                else tuple(
+                    select_transport(self.url, mode=self.http_transport, max_connections=self.max_connections) for _ in range(2)
+                )
+            )
             self._step_client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, pool=None), limits=limits, trust_env=False, transport=self._transport
+                timeout=httpx.Timeout(self.timeout, pool=None), limits=limits, trust_env=False, transport=step_transport
             )
             self._reset_client = httpx.AsyncClient(
                 timeout=httpx.Timeout(connect=self.timeout, read=None, write=self.timeout, pool=None),
                 limits=limits,
                 trust_env=False,
-                transport=self._transport,
+                transport=reset_transport,
             )
         return self._step_client, self._reset_client
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sys
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable

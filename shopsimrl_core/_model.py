@@ -29,6 +29,7 @@ import httpx
 
 from ._errors import InferenceError
 from ._sse import StreamAssembler, StreamFailure
+from ._transport import select_transport
 from ._versions import MODEL_PROVIDER
 
 __all__ = [
@@ -284,7 +285,8 @@ class ChatModelClient:
     ``timeout`` (seconds per HTTP attempt, applied to connect/read/write), ``max_retries`` (total
     HTTP attempts), ``retry_backoff_seconds`` (backoff base), sampling settings, ``stream`` (SSE),
     ``trust_env`` (honour proxy variables), ``max_connections`` (pool size), ``transport`` (the
-    httpx seam; tests pass a ``MockTransport``).
+    httpx seam; tests pass a ``MockTransport``; it wins over ``http_transport``), ``http_transport``
+    (``auto`` | ``httpx`` | ``streams``: which transport serves the pool, see ``_transport.py``).
     """
 
     def __init__(
@@ -307,6 +309,7 @@ class ChatModelClient:
         max_connections: int = 64,
         transport: httpx.AsyncBaseTransport | None = None,
         checkpoint_id: str | None = None,
+        http_transport: str = "auto",
     ) -> None:
         if max_retries < 1:
             raise ValueError("max_retries counts total HTTP attempts and must be >= 1")
@@ -327,7 +330,11 @@ class ChatModelClient:
         self.trust_env = trust_env
         self.max_connections = max_connections
         self.checkpoint_id = checkpoint_id
-        self._transport = transport
+        self.http_transport = http_transport
+        # an explicit transport wins; otherwise the selection (fails early on a bad mode)
+        self._transport = transport if transport is not None else select_transport(
+            self.url, mode=http_transport, trust_env=trust_env, max_connections=max_connections
+        )
         self._client: httpx.AsyncClient | None = None
         self._closed = False
         # seams for tests: the sleep used for backoff and the jitter source

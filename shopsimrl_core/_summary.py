@@ -4,7 +4,7 @@ One pass over the latest records turns each episode into one flat row; polars do
 aggregation. The legacy keys keep their exact definitions (pooled ``invalid_action_rate``,
 ``reasoning_tokens`` only when seen, ``generation_length`` episodes scored). Additive keys:
 ``counts.duplicate_completed`` / ``counts.unplanned_episodes``, ``primary.success_ci`` (Wilson),
-``primary.reward_ci`` (bootstrap), ``primary.pass_at_k`` / ``primary.pass_hat_k`` (repeats > 1) and
+``primary.reward_ci`` (bootstrap), ``reward_components_sem``, ``primary.pass_at_k`` / ``primary.pass_hat_k`` (repeats > 1) and
 ``breakdowns.category``.
 """
 
@@ -263,6 +263,12 @@ def build_summary(
         "cost": cost,
         "errors": errors,
     }
+    component_sem: dict[str, float | None] = {}
+    for key in reward_components:
+        values = done.get_column(f"c::{key}").drop_nulls().to_list()
+        component_sem[key] = statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
+    if component_sem:
+        summary["reward_components_sem"] = component_sem
     breakdowns = _category_breakdown(done)
     if breakdowns:
         summary["breakdowns"] = {"category": breakdowns}

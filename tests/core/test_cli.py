@@ -111,3 +111,11 @@ def test_unreachable_environment_is_a_refusal(tmp_path: Path) -> None:
     done = _cli("run", str(config))
     assert done.returncode == 2 and "error[environment-unreachable]" in done.stderr
     assert not (tmp_path / "runs" / "exp").exists()
+
+
+def test_retry_failed_verb_parses_as_only_failed_run() -> None:
+    from shopsimrl_core._cli import build_parser
+
+    args = build_parser().parse_args(["retry-failed", "x.yaml"])
+    assert args.only_failed is True and args.resume is True and args.handler.__name__ == "_cmd_run"
+    assert build_parser().parse_args(["run", "x.yaml"]).only_failed is False

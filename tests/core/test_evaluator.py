@@ -169,3 +169,23 @@ def test_only_failed_reruns_failed_episodes_only(tmp_path: Path) -> None:
     result = run_evaluation(config, episode_fn=fake, only_failed=True)
     assert fake.calls == ["task-000002__sample-000"]
     assert result.counts["completed"] == 3 and not store.index().is_complete("task-000007__sample-000")
+
+
+def test_legacy_wave_vectors(tmp_path: Path) -> None:
+    # Appendix A (store): success on the 3rd attempt leaves 3 lines; 3 failures give failed = 1, reward_mean null.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ok_third = _config(tmp_path / "a", tasks={"split": "train", "sample_size": 1})
+    eid = f"task-{build_first(ok_third):06d}__sample-000"
+    result = run_evaluation(ok_third, episode_fn=FakeEpisodes({eid: ["fail", "fail", "ok"]}))
+    assert len(_lines(result.run_dir)) == 3 and result.counts["completed"] == 1 and result.exit_code == 0
+    never = _config(tmp_path / "b", tasks={"split": "train", "sample_size": 1})
+    result = run_evaluation(never, episode_fn=FakeEpisodes({eid: ["fail"] * 4}))
+    assert len(_lines(result.run_dir)) == 3 and result.counts["failed"] == 1
+    assert result.summary["primary"]["reward_mean"] is None and result.exit_code == 1
+
+
+def build_first(config) -> int:
+    from shopsimrl_core import build_plan
+
+    return build_plan(config).jobs[0].task_id

@@ -41,7 +41,10 @@ def test_identities_hold_on_synthetic_traces() -> None:
     records = _synthetic()
     s = build_summary(records, requested=len(records))
     c, b, p, rc = s["counts"], s["behavior"], s["primary"], s["reward_components"]
-    assert list(s) == ["schema_version", "created_at", "counts", "primary", "reward_components", "behavior", "cost", "errors"]
+    assert list(s) == ["schema_version", "created_at", "counts", "primary", "reward_components", "behavior", "cost", "errors",
+                       "reward_components_sem"]
+    assert set(s["reward_components_sem"]) == set(s["reward_components"])
+    assert s["reward_components_sem"]["r_strict"] == s["primary"]["reward_sem"]
     assert s["schema_version"] == "shopsimrl-eval-summary-v2"
     assert (c["completed"], c["failed"], c["trace_files"], c["scored"]) == (60, 2, 62, 60)
     assert b["model_steps"] == pytest.approx(c["completed"] * b["steps_mean"])
