@@ -70,6 +70,7 @@ _register("_evaluator", "arun_evaluation")  # CORE-RUN
 _register("_progress", "ProgressEvent", "ConsoleProgress")  # CORE-RUN
 _register("_plan", "semantic_projection")  # CORE-RUN
 _register("_config", "config_from_mapping")  # CORE-RUN
+_register("_transport", "StreamsTransport", "select_transport")  # TRANSPORT
 
 _register("_labels", "label_run", "label_episode", "read_labels", "LabelTable", "iter_latest_records")  # SKILLS
 _register("_firewall", "check_text", "FirewallContext", "context_from_traces")  # SKILLS

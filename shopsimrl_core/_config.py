@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ._errors import ConfigError
 
@@ -40,6 +40,12 @@ def sanitize_name(raw: str) -> str:
     """Sanitise an experiment name or model id (§3.2): trim, runs of unsafe characters → ``-``,
     strip leading/trailing ``-`` and ``.``. Returns ``""`` when nothing is left (callers reject it)."""
     return _UNSAFE_RUN.sub("-", raw.strip()).strip("-.")
+
+
+def _check_http_transport(value: str, base_url: str | None) -> str:
+    if value == "streams" and isinstance(base_url, str) and not base_url.lower().startswith("http://"):
+        raise ValueError(f"'streams' supports only http:// base URLs (base_url is {base_url!r}); use auto or httpx")
+    return value
 
 
 class _Section(BaseModel):
@@ -111,6 +117,13 @@ class EnvironmentConfig(_Section):
     """Persona mode; null takes the split's flag. Both set and different is an error."""
     max_connections: int = Field(64, ge=1)
     """Additive: pooled HTTP connections to the environment. Execution setting."""
+    http_transport: Literal["auto", "httpx", "streams"] = "auto"
+    """Additive: HTTP transport (``auto``: asyncio streams for http://, httpx otherwise). Execution setting."""
+
+    @field_validator("http_transport")
+    @classmethod
+    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
+        return _check_http_transport(value, info.data.get("base_url"))
 
 
 class RuntimeConfig(_Section):
@@ -185,6 +198,13 @@ class ModelConfig(_Section):
     """Extra request keys merged at the top level of the body (e.g. ``enable_thinking``)."""
     max_connections: int = Field(64, ge=1)
     """Additive: pooled HTTP connections to the endpoint. Execution setting."""
+    http_transport: Literal["auto", "httpx", "streams"] = "auto"
+    """Additive: HTTP transport (``auto``: asyncio streams for http:// without a proxy, httpx otherwise). Execution setting."""
+
+    @field_validator("http_transport")
+    @classmethod
+    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
+        return _check_http_transport(value, info.data.get("base_url"))
 
 
 class EvalConfig(_Section):

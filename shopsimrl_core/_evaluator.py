@@ -333,7 +333,8 @@ async def _preflight_environment(plan: EvalPlan, transport: httpx.AsyncBaseTrans
 
     config = plan.config
     async with ShopSimulatorClient(
-        base_url=config.environment.base_url, timeout=config.environment.timeout, persona=plan.persona, transport=transport
+        base_url=config.environment.base_url, timeout=config.environment.timeout, persona=plan.persona, transport=transport,
+        http_transport=config.environment.http_transport,
     ) as env:
         try:
             await env.health()
@@ -408,6 +409,7 @@ async def _execute(
         max_connections=m.max_connections,
         transport=model_transport,
         checkpoint_id=m.checkpoint_id,
+        http_transport=m.http_transport,
     )
     env = ShopSimulatorClient(
         base_url=config.environment.base_url,
@@ -415,6 +417,7 @@ async def _execute(
         persona=plan.persona,
         max_connections=config.environment.max_connections,
         transport=env_transport,
+        http_transport=config.environment.http_transport,
     )
 
     async def attempt(job: EpisodeJob) -> None:
