@@ -128,17 +128,20 @@ def steady_rate(intervals: list[tuple[float, float, int]], t0: float) -> float |
 
 
 def _config_mapping(*, name: str, workdir: Path, env_url: str, split_file: Path, model_url: str, model: str,
-                    concurrency: int, episodes: int, max_steps: int, task_count: int) -> dict[str, Any]:
+                    concurrency: int, episodes: int, max_steps: int, task_count: int,
+                    http_transport: str = "auto") -> dict[str, Any]:
     repeats = max(1, math.ceil(episodes / task_count))
     return {
         "experiment": {"name": name, "output_dir": str(workdir / "runs"), "seed": 20261129,
                        "concurrency": concurrency, "max_episode_retries": 0},
         "tasks": {"split_file": str(split_file), "split": SPLIT, "sample_size": min(episodes, task_count),
                   "repeats": repeats},
-        "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency)},
+        "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency),
+                        "http_transport": http_transport},
         "runtime": {"max_steps": max_steps},
         "model": {"name": model, "base_url": model_url, "api_key_env": None, "checkpoint_id": "bench",
-                  "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency)},
+                  "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency),
+                  "http_transport": http_transport},
     }
 
 
@@ -147,8 +150,8 @@ def _task_count(split_file: Path) -> int:
 
 
 def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: str, concurrency: int, episodes: int,
-                    max_steps: int, server_pids: list[int | None], transport: Callable[[], Any] | None = None
-                    ) -> dict[str, Any]:
+                    max_steps: int, server_pids: list[int | None], transport: Callable[[], Any] | None = None,
+                    http_transport: str = "auto") -> dict[str, Any]:
     """Run `arun_evaluation` once on a fresh run directory and measure it.
 
     Returns steps, episodes, failed episodes, wall and client CPU seconds of the episode window
@@ -162,7 +165,7 @@ def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: st
     try:
         mapping = _config_mapping(name=f"bench-c{concurrency}", workdir=workdir, env_url=env_url, split_file=split_file,
                                   model_url=model_url, model=model, concurrency=concurrency, episodes=episodes,
-                                  max_steps=max_steps, task_count=_task_count(split_file))
+                                  max_steps=max_steps, task_count=_task_count(split_file), http_transport=http_transport)
         config = config_from_mapping(mapping, base_dir=workdir)
         marks: dict[str, Any] = {"ends": {}}
 
@@ -278,7 +281,9 @@ def _log(message: str) -> None:
 TRANSPORTS: dict[str, Callable[[], Any]] = {}
 """Alternative transports handed to the runtime through its httpx seam (filled lazily)."""
 
-SCENARIOS = ("zero_latency", "latency_bound", "thread_reference", "sharded_httpx", "stream_transport")
+SCENARIOS = ("zero_latency", "latency_bound", "thread_reference", "sharded_httpx", "stream_transport", "httpx_pool")
+# httpx_pool: the runtime with `http_transport: httpx` (httpx's own pool, the default before StreamsTransport);
+# it runs alongside zero_latency / latency_bound whenever those run, for a same-run comparison
 
 
 def _transports() -> dict[str, Callable[[], Any]]:
@@ -314,7 +319,7 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
         "legacy": LEGACY,
         **{name: {} for name in SCENARIOS},
     }
-    wanted = (lambda name: only is None or name in only)
+    wanted = (lambda name: only is None or name in only or (name == "httpx_pool" and bool(only & {"zero_latency", "latency_bound"})))
     transports = {name: factory for name, factory in _transports().items() if wanted(name)}
 
     if wanted("zero_latency") or wanted("thread_reference") or transports:
@@ -328,6 +333,10 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
                     if wanted("zero_latency"):
                         _log(f"zero_latency c={c} repeat {rep + 1}/{repeats}")
                         runs.setdefault(("zero_latency", c), []).append(measure_runtime(concurrency=c, episodes=n, **common))
+                    if wanted("httpx_pool"):
+                        _log(f"httpx_pool c={c} repeat {rep + 1}/{repeats}")
+                        runs.setdefault(("httpx_pool", c), []).append(
+                            measure_runtime(concurrency=c, episodes=n, http_transport="httpx", **common))
                     if wanted("thread_reference"):
                         _log(f"thread_reference c={c} repeat {rep + 1}/{repeats}")
                         runs.setdefault(("thread_reference", c), []).append(
@@ -350,6 +359,10 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
                 for rep in range(repeats):
                     _log(f"latency_bound {policy} c={lat_c} repeat {rep + 1}/{repeats}")
                     variants.setdefault(policy, []).append(_with_fraction(measure_runtime(**common), ideal))
+                    if wanted("httpx_pool"):
+                        _log(f"latency_bound {policy} + httpx_pool c={lat_c} repeat {rep + 1}/{repeats}")
+                        variants.setdefault(f"{policy}_httpx_pool", []).append(
+                            _with_fraction(measure_runtime(http_transport="httpx", **common), ideal))
                     if policy != "stub":
                         continue
                     for name, factory in transports.items():
@@ -386,6 +399,22 @@ def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
         pairs.append(("latency", stub, "thread_reference", doc["thread_reference"].get(f"latency_c{stub['concurrency']}")))
         pairs += [("latency", stub, name, doc["latency_bound"].get(f"stub_{name}"))
                   for name in ("sharded_httpx", "stream_transport")]
+    for key, row in doc["zero_latency"].items():
+        ref = doc["httpx_pool"].get(key)
+        if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
+            out[f"{key}_default_vs_httpx_pool"] = {
+                "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
+                "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
+                if ref.get("client_cpu_ms_per_step") else None,
+            }
+    for policy in ("stub", "sandbox_policy"):
+        row, ref = doc["latency_bound"].get(policy), doc["latency_bound"].get(f"{policy}_httpx_pool")
+        if row and ref and ref.get("steps_per_s") and row.get("steps_per_s"):
+            out[f"latency_{policy}_default_vs_httpx_pool"] = {
+                "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
+                "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
+                if ref.get("client_cpu_ms_per_step") else None,
+            }
     for key, row, other, ref in pairs:
         if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
             out[f"{key}_httpx_vs_{other}"] = {
@@ -398,7 +427,7 @@ def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
 
 # -- output -------------------------------------------------------------------------------------
 
-_LABELS = {"zero_latency": "runtime, httpx (default)", "sharded_httpx": "runtime, httpx sharded 8x16",
+_LABELS = {"zero_latency": "runtime, default (streams transport)", "httpx_pool": "runtime, httpx pool (http_transport: httpx)", "sharded_httpx": "runtime, httpx sharded 8x16",
            "stream_transport": "runtime, asyncio-streams transport", "thread_reference": "thread reference (legacy shape)"}
 
 
@@ -421,16 +450,18 @@ def format_table(doc: dict[str, Any]) -> str:
                      f"{f(frac * 100 if frac else None, '6.1f', 6)}% {f(steady * 100 if steady else None, '6.1f', 6)}%"
                      .replace("-%", "- "))
 
-    if any(doc[name] for name in ("zero_latency", "sharded_httpx", "stream_transport")):
+    if any(doc[name] for name in ("zero_latency", "httpx_pool", "sharded_httpx", "stream_transport")):
         lines.append("zero-latency stubs:")
-    for section in ("zero_latency", "sharded_httpx", "stream_transport", "thread_reference"):
+    for section in ("zero_latency", "httpx_pool", "sharded_httpx", "stream_transport", "thread_reference"):
         for key, row in doc[section].items():
             if not key.startswith("latency"):
                 line("  " + _LABELS[section], key[1:], row)
     if doc["latency_bound"] or any(k.startswith("latency") for k in doc["thread_reference"]):
         lines.append(f"model latency {doc['settings']['latency_ms']:.0f} ms:")
     for variant, row in doc["latency_bound"].items():
-        label = {"stub": "stub model", "sandbox_policy": "sandbox baseline policy"}.get(variant)
+        label = {"stub": "stub model", "sandbox_policy": "sandbox baseline policy",
+                 "stub_httpx_pool": "stub model, httpx pool",
+                 "sandbox_policy_httpx_pool": "sandbox baseline policy, httpx pool"}.get(variant)
         if label is None:
             label = "stub model, " + _LABELS[variant.removeprefix("stub_")].removeprefix("runtime, ")
         line(f"  runtime: {label}", row["concurrency"], row)
@@ -450,7 +481,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    styles = {"zero_latency": "o-", "sharded_httpx": "D-.", "stream_transport": "s--", "thread_reference": "^:"}
+    styles = {"zero_latency": "o-", "httpx_pool": "v-", "sharded_httpx": "D-.", "stream_transport": "s--", "thread_reference": "^:"}
     series = [(_LABELS[name], {k: v for k, v in doc[name].items() if not k.startswith("latency")}, style)
               for name, style in styles.items()]
     if not any(rows for _, rows, _ in series):

@@ -77,7 +77,7 @@ _register("_firewall", "check_text", "FirewallContext", "context_from_traces")  
 _register("_candidates", "mine_candidates", "RuleBasedMiner", "CandidateProvider", "FailureGroup", "CandidateSet", "require_train_only")  # SKILLS
 _register("_skillbank_build", "build_draft", "write_draft", "build_skillbank", "snapshot_skillbank", "SkillBankSnapshot")  # SKILLS
 _register("_ols", "fit_no_intercept_ols", "bootstrap_coefficients")  # SKILLS
-_register("_gate", "GateAConfig", "GateAResult", "run_gate_a", "plan_gate_a", "AssignedSkillBank", "OnlineGateConfig", "run_online_gate", "build_candidate_pool")  # SKILLS
+_register("_gate", "GateAConfig", "GateAResult", "run_gate_a", "plan_gate_a", "AssignedSkillBank", "OnlineGateConfig", "run_online_gate", "build_candidate_pool", "gate_config_problems")  # SKILLS
 _register("_export", "export_traces", "export_sft", "redact_record")  # SKILLS
 _register("_analyst", "AnalystCandidateProvider")  # SKILLS
 __all__ = sorted(_EXPORTS) + ["__version__"]

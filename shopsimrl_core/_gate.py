@@ -48,6 +48,7 @@ from ._versions import (
 __all__ = [
     "GateAConfig",
     "GateAResult",
+    "gate_config_problems",
     "AssignedSkillBank",
     "mask_draw",
     "build_assignments",
@@ -511,6 +512,32 @@ class _PreparedGateA:
     assignment_path: Path
 
 
+def gate_config_problems(config: Any) -> list[str]:
+    """What stops *config* (an ``EvalConfig``) from being a paired-validation config (spec §14.1).
+
+    A gate and its bare run both need ``split: val``, ``repeats: 1``, ``sample_size: null`` and
+    ``skills.path: null``. Returns one ``field is X (must be Y)`` phrase per violation; empty when
+    the config qualifies.
+    """
+    tasks = config.tasks
+    problems = []
+    if tasks.split != "val":
+        problems.append(f"tasks.split is {tasks.split!r} (must be 'val')")
+    if tasks.repeats != 1:
+        problems.append(f"tasks.repeats is {tasks.repeats} (must be 1)")
+    if tasks.sample_size is not None:
+        problems.append(f"tasks.sample_size is {tasks.sample_size} (must be null: the full val split)")
+    if config.skills.path is not None:
+        problems.append("skills.path is set (must be null: the gate owns skill injection)")
+    return problems
+
+
+def _require_gate_config(config: Any, source: Any) -> None:
+    if gate_config_problems(config):
+        raise _gate_error(f"{source}: a gate config needs split val, repeats 1, sample_size null "
+                          "and skills.path null (the gate owns skill injection)", code="gate-config")
+
+
 def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     # Everything before the first rollout: config, draft, preflight, assignments, design check.
     from ._config import load_config
@@ -521,10 +548,7 @@ def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     if settings.mask_probability != MASK_PROBABILITY:
         raise _gate_error(f"gate_a.mask_probability must be 0.5 (got {settings.mask_probability})", code="gate-config")
     config = load_config(settings.experiment_config)
-    if config.tasks.split != "val" or config.tasks.repeats != 1 or config.tasks.sample_size is not None \
-            or config.skills.path is not None:
-        raise _gate_error(f"{settings.experiment_config}: a gate config needs split val, repeats 1, sample_size null "
-                          "and skills.path null (the gate owns skill injection)", code="gate-config")
+    _require_gate_config(config, settings.experiment_config)
     config = config.model_copy(update={"experiment": config.experiment.model_copy(
         update={"name": out.name, "output_dir": str(out.parent)})})
     draft_path = Path(settings.draft_path)
@@ -963,10 +987,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
 
     out = Path(settings.output_dir)
     config = load_config(settings.experiment_config)
-    if config.tasks.split != "val" or config.tasks.repeats != 1 or config.tasks.sample_size is not None \
-            or config.skills.path is not None:
-        raise _gate_error(f"{settings.experiment_config}: a gate config needs split val, repeats 1, sample_size null "
-                          "and skills.path null (the gate owns skill injection)", code="gate-config")
+    _require_gate_config(config, settings.experiment_config)
     if not config.model.checkpoint_id:
         raise _gate_error(f"{settings.experiment_config}: the online gate requires model.checkpoint_id", code="gate-config")
     if settings.active_skill_budget < 1:

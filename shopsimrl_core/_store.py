@@ -294,6 +294,8 @@ class RunStore:
 
         Raises:
             ConfigError: code ``resume-disabled`` — content exists and *resume* is false (§22.2).
+            TraceFormatError: code ``export-not-resumable`` — ``traces.jsonl`` holds an exported
+                (redacted) record (§22.7).
             FingerprintMismatch: the directory belongs to another semantic plan; the message names
                 what changed.
         """
@@ -307,6 +309,7 @@ class RunStore:
                 "pass --resume to continue it, --overwrite to archive it and start fresh, or choose another experiment.name",
                 code="resume-disabled",
             )
+        self._refuse_exported_records()
         manifest = self.read_manifest()
         if manifest is None:
             raise FingerprintMismatch(
@@ -333,6 +336,26 @@ class RunStore:
             code="fingerprint-mismatch",
             changes=changes,
         )
+
+    def _refuse_exported_records(self) -> None:
+        # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
+        # attempts to redacted ones would mix private and shared records in one file. Only lines
+        # that mention the key are parsed, so this pass costs little more than reading the file.
+        for number, raw in enumerate(_raw_lines(self.traces_path), start=1):
+            if b'"redaction"' not in raw:
+                continue
+            try:
+                value = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(value, dict) and "redaction" in value:
+                profile = (value["redaction"] or {}).get("profile") if isinstance(value["redaction"], dict) else None
+                raise TraceFormatError(
+                    f"{self.traces_path}:{number}: holds an exported (redacted, profile {profile!r}) record, which is not "
+                    "resume input; resume from the raw run directory, or move this file away and start a new run",
+                    code="export-not-resumable",
+                    line=number,
+                )
 
     def write_manifest(self, plan: dict[str, Any], plan_fingerprint: str, execution: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write a new ``manifest.json`` atomically (``fingerprint_scheme: semantic-v2``)."""
@@ -409,23 +432,18 @@ class RunStore:
                 self._handle = None
 
     def _scan(self) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
-        try:
-            handle = open(self.traces_path, "rb")
-        except FileNotFoundError:
-            return
-        with handle:
-            offset = 0
-            for raw in handle:
-                length = len(raw)
-                record: dict[str, Any] | None
-                try:
-                    value = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    record = None
-                else:
-                    record = value if isinstance(value, dict) and isinstance(value.get("episode_id"), str) else None
-                yield offset, length, record
-                offset += length
+        offset = 0
+        for raw in _raw_lines(self.traces_path):
+            length = len(raw)
+            record: dict[str, Any] | None
+            try:
+                value = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                record = None
+            else:
+                record = value if isinstance(value, dict) and isinstance(value.get("episode_id"), str) else None
+            yield offset, length, record
+            offset += length
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
         """Every counted line, in file order (lines that do not parse are skipped)."""
@@ -493,19 +511,24 @@ def _append_jsonl(path: Path, entry: dict[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def _raw_lines(path: Path) -> Iterator[bytes]:
+    # Byte lines of a JSONL file; a missing file has none.
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         return
     with handle:
-        for raw in handle:
-            try:
-                value = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if isinstance(value, dict):
-                yield value
+        yield from handle
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    for raw in _raw_lines(path):
+        try:
+            value = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(value, dict):
+            yield value
 
 
 class TestAccessLedger:

@@ -46,6 +46,9 @@ _READ_SIZE = 65536
 # response heads, chunk-size lines and trailers longer than this are a protocol error
 _LINE_LIMIT = 1 << 18
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: idle connections older than this are closed, not reused: below common server keep-alive timeouts
+#: (uvicorn 5 s), so a request rarely races the server closing the connection it is sent on
+KEEPALIVE_EXPIRY = 4.0
 
 
 def _proxy_applies(url: httpx.URL) -> bool:
@@ -67,7 +70,7 @@ def select_transport(
     mode: str = "auto",
     trust_env: bool = False,
     max_connections: int = 64,
-    keepalive_expiry: float | None = 5.0,
+    keepalive_expiry: float | None = KEEPALIVE_EXPIRY,
 ) -> httpx.AsyncBaseTransport | None:
     """Return the transport a client of *url* should use; ``None`` means httpx's own default.
 
@@ -123,10 +126,11 @@ class _Connection:
         if sock is None:
             return True
         try:
-            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+            poller = select.poll()  # poll, not select: no FD_SETSIZE limit on busy processes
+            poller.register(sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
 
 _SLOT = object()  # a waiter's grant meaning "open a new connection in the slot just freed"
@@ -424,7 +428,7 @@ class StreamsTransport(httpx.AsyncBaseTransport):
     clients; ``aclose`` is idempotent and closes every connection, idle or busy.
     """
 
-    def __init__(self, *, max_connections: int = 64, keepalive_expiry: float | None = 5.0) -> None:
+    def __init__(self, *, max_connections: int = 64, keepalive_expiry: float | None = KEEPALIVE_EXPIRY) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self.max_connections = max_connections

@@ -95,6 +95,10 @@ class AutomationSettings(_Strict):
     nightly_timezone: str = "UTC"
     sensor_interval_s: int = Field(60, ge=5)
     """Minimum seconds between two reads of the registry folder."""
+    sensor_running: bool = True
+    """Whether the registry sensor runs as soon as the daemon starts (it can still be toggled in the UI)."""
+    schedule_running: bool = True
+    """Whether the nightly schedule runs as soon as the daemon starts (it can still be toggled in the UI)."""
 
 
 class SamplingSettings(_Strict):

@@ -26,7 +26,9 @@ def build_nightly_schedule(settings: PipelineSettings) -> dg.ScheduleDefinition:
         execution_timezone=automation.nightly_timezone,
         job=evaluation_jobs(settings)[evaluation_job_name(suite)],
         description=f"Evaluates the checkpoint with the highest training step on suite {suite!r}.",
-        default_status=dg.DefaultScheduleStatus.STOPPED,
+        default_status=(
+            dg.DefaultScheduleStatus.RUNNING if automation.schedule_running else dg.DefaultScheduleStatus.STOPPED
+        ),
     )
     def nightly_latest_checkpoint(
         context: dg.ScheduleEvaluationContext, checkpoint_registry: CheckpointRegistry

@@ -32,7 +32,9 @@ def build_registry_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
         jobs=[evaluation_jobs(settings)[evaluation_job_name(suite)] for suite in suites],
         minimum_interval_seconds=settings.automation.sensor_interval_s,
         description=f"Registers new checkpoints from the registry folder and evaluates them on: {', '.join(suites)}.",
-        default_status=dg.DefaultSensorStatus.STOPPED,
+        default_status=(
+            dg.DefaultSensorStatus.RUNNING if settings.automation.sensor_running else dg.DefaultSensorStatus.STOPPED
+        ),
     )
     def checkpoint_registry_sensor(
         context: dg.SensorEvaluationContext, checkpoint_registry: CheckpointRegistry

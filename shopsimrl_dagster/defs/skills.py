@@ -303,6 +303,13 @@ def skill_gate(
     if not (bare_dir / "manifest.json").is_file() or not bare_config.is_file():
         return _skipped(f"no bare {config.val_suite!r} run for {checkpoint_id}; run job evaluate_{config.val_suite} first",
                         [GATE_PAIRED])
+    with _as_failure():
+        problems = core.gate_config_problems(core.load_config(bare_config))
+    if problems:
+        # A sampled or repeated val suite is a legitimate evaluation setting, just not a Gate A baseline.
+        return _skipped(f"Gate A needs the bare {config.val_suite!r} run on the full val split with repeats 1 "
+                        f"(spec §14.1), but {'; '.join(problems)}; set suites.{config.val_suite}.sample_size: null "
+                        f"and repeats: 1 in {settings.source}, then rerun evaluate_{config.val_suite}", [GATE_PAIRED])
     out_dir = run_storage.root_path / "gate-a" / checkpoint_id
     with _as_failure():
         result = run_gate_a(GateAConfig(output_dir=out_dir, experiment_config=bare_config, bare_run_dir=bare_dir,

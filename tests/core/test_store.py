@@ -118,6 +118,19 @@ def test_resume_false_refuses_existing_content(tmp_path: Path) -> None:
     assert info.value.code == "resume-disabled"
 
 
+def test_resume_refuses_exported_records(tmp_path: Path) -> None:
+    from shopsimrl_core import TraceFormatError, redact_record
+
+    store = RunStore(tmp_path / "run")
+    store.append(record(1))
+    store.append(redact_record(record(2), "public"))  # an export copied over the run's traces
+    store.write_manifest({"x": 1}, "f", {})
+    with pytest.raises(TraceFormatError) as info:
+        store.check_resumable({"x": 1}, "f", resume=True)
+    assert info.value.code == "export-not-resumable"
+    assert "traces.jsonl:2:" in str(info.value) and "'public'" in str(info.value) and "\n" not in str(info.value)
+
+
 def test_archive_existing_moves_never_deletes(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.append(record(1))

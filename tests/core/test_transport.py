@@ -669,3 +669,41 @@ def test_model_client_retries_transport_errors_like_httpx():
 
     server = run(bounded(main()))
     assert len(server.requests) == 3 and server.connections == 3
+
+
+def test_bodyless_responses_and_interim_responses_keep_the_connection():
+    async def handler(server, reader, writer, index):
+        while (request := await server.next_request(reader, index)) is not None:
+            method, path, _ = request
+            if path == "/no-content":
+                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            elif method == "HEAD":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")  # a HEAD answer has no body
+            else:
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after-100"))
+            await writer.drain()
+
+    async def main():
+        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
+            no_content = await client.post(server.url + "/no-content", content=b"{}")
+            head = await client.head(server.url + "/h")
+            interim = await client.get(server.url + "/x")
+            return server, no_content, head, interim, snap(client)
+
+    server, no_content, head, interim, pool = run(bounded(main()))
+    assert (no_content.status_code, no_content.content) == (204, b"")
+    assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "10")
+    assert (interim.status_code, interim.text) == (200, "after-100")
+    assert server.connections == 1 and pool.open == 1 and len(pool.idle) == 1
+
+
+def test_idle_connections_past_keepalive_expiry_are_not_reused():
+    async def main():
+        async with RawServer(keep_alive_handler) as server, client_for(StreamsTransport(keepalive_expiry=0.05)) as client:
+            await client.get(server.url + "/a")
+            await asyncio.sleep(0.2)
+            await client.get(server.url + "/b")
+            return server, snap(client)
+
+    server, pool = run(bounded(main()))
+    assert [r[0] for r in server.requests] == [0, 1] and pool.open == 1

@@ -139,3 +139,33 @@ def test_candidates_through_the_inference_endpoint_analyst(tmp_path, stub, monke
     assert meta["provider"] == "analyst_model" and meta["accepted"] == 1
     doc = json.loads((tmp_path / "runs" / "skills" / "ckpt-b" / "skill_candidates.json").read_text())
     assert doc["provider"]["model"] == "analyst-model" and doc["provider"]["base_url"] == base_url
+
+
+def test_gate_skips_a_sampled_val_suite(tmp_path, sandbox):
+    """A val suite with sample_size is a valid evaluation but no Gate A baseline: skipped, with the fix."""
+    settings = _settings(tmp_path, sandbox)
+    raw = yaml.safe_load(settings.source.read_text(encoding="utf-8"))
+    raw["suites"]["val"]["sample_size"] = 4
+    settings.source.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    settings = load_pipeline_settings(settings.source)
+    register_checkpoint(settings.checkpoint_registry, Checkpoint(checkpoint_id="ckpt-a", step=10))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("checkpoints", ["ckpt-a"])
+    resources = resources_from_settings(settings)
+    try:
+        assert dg.materialize(ALL, selection=["frozen_split", "job_plan"], instance=instance, resources=resources).success
+        assert _run(instance, resources, ["rollout_traces"], "val").success
+        # A draft exists (its content is not read before the precondition), so only the sampling stops the gate.
+        draft = tmp_path / "runs" / "skills" / "ckpt-a" / "initial_skill_draft.json"
+        draft.parent.mkdir(parents=True)
+        draft.write_text("{}", encoding="utf-8")
+        result = _run(instance, resources, ["skill_gate"], "val")
+        assert result.success
+        status = _meta(result, "skill_gate")["status"]
+        assert status.startswith("skipped: Gate A needs the bare 'val' run on the full val split")
+        assert "tasks.sample_size is 4" in status and "suites.val.sample_size: null" in status
+        assert not (tmp_path / "runs" / "gate-a" / "ckpt-a").exists()
+        checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+        assert checks == {"gate_paired_with_bare_val": True}
+    finally:
+        instance.dispose()
