@@ -87,3 +87,13 @@ def test_schedule_skips_an_empty_registry(offline_settings) -> None:
         result = schedule(context)
         assert isinstance(result, dg.SkipReason)
         assert "is empty" in (result.skip_message or "")
+
+
+def test_sensor_and_schedule_start_running_unless_the_settings_say_otherwise(offline_settings) -> None:
+    assert build_registry_sensor(offline_settings).default_status == dg.DefaultSensorStatus.RUNNING
+    assert build_nightly_schedule(offline_settings).default_status == dg.DefaultScheduleStatus.RUNNING
+    quiet = offline_settings.model_copy(
+        update={"automation": offline_settings.automation.model_copy(update={"sensor_running": False, "schedule_running": False})}
+    )
+    assert build_registry_sensor(quiet).default_status == dg.DefaultSensorStatus.STOPPED
+    assert build_nightly_schedule(quiet).default_status == dg.DefaultScheduleStatus.STOPPED
