@@ -210,13 +210,30 @@ class ShopEnvironment:
         })
 
 
+SANDBOX_IDENTITY_PATH = "/sandbox/identity"
+"""Sandbox-only route (the real server has none): lets a client tell this sandbox from another server."""
+
+
 def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults: FaultConfig | None = None,
-                  index: SearchIndex | None = None) -> Starlette:
-    """Build the environment ASGI app over `catalog` with `slots` slots (all knobs off by default)."""
+                  index: SearchIndex | None = None, catalog_sha256: str | None = None) -> Starlette:
+    """Build the environment ASGI app over `catalog` with `slots` slots (all knobs off by default).
+
+    With `catalog_sha256` (the SHA-256 of the served catalog file's bytes, as recorded in the split
+    file's `source.cleaned_archive_sha256`), `GET /sandbox/identity` answers
+    `{"server": "shopsim-sandbox", "catalog_sha256": ..., "tasks": N}`.
+    """
     env = ShopEnvironment(catalog, slots=slots, latency_ms=latency_ms, faults=faults, index=index)
-    app = Starlette(routes=[
+    routes = [
         Route("/api/shop_agent", env.handle, methods=["POST"]),
         Route("/healthz", env.healthz, methods=["GET"]),
-    ])
+    ]
+    if catalog_sha256 is not None:
+        identity = {"server": "shopsim-sandbox", "catalog_sha256": catalog_sha256, "tasks": catalog.active_task_count}
+
+        async def sandbox_identity(request: Request) -> Response:
+            return _json_response(identity)
+
+        routes.append(Route(SANDBOX_IDENTITY_PATH, sandbox_identity, methods=["GET"]))
+    app = Starlette(routes=routes)
     app.state.environment = env
     return app

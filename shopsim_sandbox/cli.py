@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import socket
@@ -58,12 +59,16 @@ def write_catalog(out: Path, size: int, seed: int) -> tuple[Path, Path]:
     return catalog_path, split_path
 
 
-def _load_served_catalog(args: argparse.Namespace) -> Catalog:
-    if args.catalog == "example":
-        return load_catalog(EXAMPLE_CATALOG_PATH)
+def _load_served_catalog(args: argparse.Namespace) -> tuple[Catalog, str]:
+    # The SHA-256 is of the catalog file's bytes (for a generated catalog: of the file `catalog`
+    # would write), i.e. what a split file built from it records as source.cleaned_archive_sha256.
     if args.catalog:
-        return load_catalog(args.catalog)
-    return load_records(generate_catalog(args.catalog_size, args.seed), source=f"synthetic(size={args.catalog_size}, seed={args.seed})")
+        path = Path(EXAMPLE_CATALOG_PATH if args.catalog == "example" else args.catalog)
+        catalog = load_catalog(path)
+        return catalog, hashlib.sha256(path.read_bytes()).hexdigest()
+    records = generate_catalog(args.catalog_size, args.seed)
+    catalog = load_records(records, source=f"synthetic(size={args.catalog_size}, seed={args.seed})")
+    return catalog, hashlib.sha256(catalog_json(records).encode()).hexdigest()
 
 
 def _bound_socket(host: str, port: int) -> socket.socket:
@@ -84,8 +89,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
     env_faults = fault_config_from_args(args, "env")
     policy_faults = fault_config_from_args(args, "policy")
-    catalog = _load_served_catalog(args)
-    env_app = build_env_app(catalog, slots=args.slots, faults=env_faults)
+    catalog, catalog_sha256 = _load_served_catalog(args)
+    env_app = build_env_app(catalog, slots=args.slots, faults=env_faults, catalog_sha256=catalog_sha256)
     servers = []
     sockets = {}
     env_sock = _bound_socket(args.host, args.port)

@@ -3,8 +3,9 @@
     python -m shopsimrl_dagster.demo          # what `make demo` runs
 
 1. prepares the project's Dagster instance (``.dagster_home/``, with ``configs/pipeline/dagster.yaml``);
-2. starts ``shopsim-sandbox serve`` on the ports of the pipeline settings (unless a server already
-   answers there) and stops it at the end;
+2. starts ``shopsim-sandbox serve`` on the ports of the pipeline settings and stops it at the end —
+   or reuses servers already there only after verifying they are the sandbox serving the split
+   file's catalog (a foreign server on those ports stops the demo with the fix);
 3. registers the demo checkpoints of ``configs/demo/demo.yaml`` in the checkpoint registry and as
    partitions;
 4. materializes frozen_split → job_plan → rollout_traces → eval_summary → checkpoint_comparison (and
@@ -41,7 +42,7 @@ from .registry import Checkpoint, read_registry, register_checkpoint
 from .run_tags import SUITE_TAG, TRIGGER_TAG
 from .settings import REPO_ROOT, PipelineSettings, load_pipeline_settings
 
-__all__ = ["DemoConfig", "load_demo_config", "LocalSandbox", "run_demo", "main"]
+__all__ = ["DemoConfig", "load_demo_config", "LocalSandbox", "sandbox_mismatch", "run_demo", "main"]
 
 DEFAULT_DEMO_CONFIG = REPO_ROOT / "configs" / "demo" / "demo.yaml"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -102,14 +103,65 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _get_json(url: str) -> tuple[int | None, Any]:
+    try:
+        response = httpx.get(url, timeout=2.0, trust_env=False)
+    except httpx.HTTPError as exc:
+        return None, type(exc).__name__
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, None
+
+
+def _expected_catalog_sha256(split_file: Path) -> str | None:
+    # The sandbox's split files record the SHA-256 of the catalog they were built from.
+    try:
+        source = json.loads(Path(split_file).read_text(encoding="utf-8")).get("source") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = source.get("cleaned_archive_sha256") if isinstance(source, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def sandbox_mismatch(settings: PipelineSettings) -> str | None:
+    """Why the servers of *settings* are not the shopsim sandbox serving the split file's catalog.
+
+    Checks ``GET /sandbox/identity`` of the environment (a sandbox-only route: a real ShopSimulator
+    answers 404) against ``source.cleaned_archive_sha256`` of ``split_file``, and that the policy's
+    ``GET /models`` lists ``inference.served_model`` owned by ``shopsim-sandbox``. Returns None when
+    both hold, else one phrase naming the first difference.
+    """
+    env_url = settings.environment.base_url.rstrip("/")
+    policy_url = settings.inference.base_url.rstrip("/")
+    status, identity = _get_json(f"{env_url}/sandbox/identity")
+    if status != 200 or not isinstance(identity, dict) or identity.get("server") != "shopsim-sandbox":
+        return f"{env_url} is not the shopsim sandbox (GET /sandbox/identity: {status or identity})"
+    expected = _expected_catalog_sha256(settings.split_file)
+    if identity.get("catalog_sha256") != expected:
+        return (f"the sandbox at {env_url} serves catalog {str(identity.get('catalog_sha256'))[:12]}… "
+                f"({identity.get('tasks')} tasks), but split_file {settings.split_file} was built from catalog "
+                f"{str(expected)[:12]}…")
+    status, models = _get_json(f"{policy_url}/models")
+    served = [m for m in (models.get("data") or []) if isinstance(m, dict)] if isinstance(models, dict) else []
+    if not any(m.get("id") == settings.inference.served_model and m.get("owned_by") == "shopsim-sandbox" for m in served):
+        return (f"{policy_url} is not the sandbox policy serving {settings.inference.served_model!r} "
+                f"(GET /models: {status or models})")
+    return None
+
+
 class LocalSandbox:
     """``shopsim-sandbox serve`` on the environment and policy ports of the pipeline settings.
 
-    If both URLs already answer, the running servers are used and left alone. Otherwise, for
-    loopback URLs, a sandbox is started in its own process group and stopped on exit.
+    If a server already answers on either port, it is used (and left alone) only when it is the
+    sandbox serving the catalog of ``split_file`` (:func:`sandbox_mismatch`); anything else there —
+    a real ShopSimulator, another model server, an old sandbox with another catalog — stops the demo
+    with the fix. Otherwise, for loopback URLs, a sandbox is started in its own process group,
+    checked the same way, and stopped on exit.
     """
 
     def __init__(self, settings: PipelineSettings, *, slots: int = 16, startup_timeout_s: float = 120.0) -> None:
+        self.settings = settings
         self.env_url = settings.environment.base_url.rstrip("/")
         self.policy_url = settings.inference.base_url.rstrip("/")
         self.slots = slots
@@ -119,7 +171,12 @@ class LocalSandbox:
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> "LocalSandbox":
-        if _answers(f"{self.env_url}/healthz") and _answers(f"{self.policy_url}/models"):
+        fix = (f"stop that server, or point environment.base_url / inference.base_url in {self.settings.source} "
+               "at free loopback ports")
+        if _answers(f"{self.env_url}/healthz") or _answers(f"{self.policy_url}/models"):
+            problem = sandbox_mismatch(self.settings)
+            if problem is not None:
+                raise DemoError(f"refusing to run the demo against a server it did not verify: {problem}; {fix}")
             return self
         env, policy = urlsplit(self.env_url), urlsplit(self.policy_url)
         if env.hostname not in _LOOPBACK or policy.hostname not in _LOOPBACK:
@@ -147,6 +204,12 @@ class LocalSandbox:
                     "free the ports or change environment.base_url / inference.base_url in the pipeline settings"
                 )
             time.sleep(0.05)
+        # Another process may have won a port race, or split_file may belong to another catalog.
+        problem = sandbox_mismatch(self.settings)
+        if problem is not None:
+            self._stop()
+            raise DemoError(f"the started sandbox does not match the settings: {problem}; point split_file at "
+                            "configs/sandbox/persona_splits.sandbox.json (the catalog `shopsim-sandbox serve` serves by default)")
         self.started = True
         return self
 
@@ -299,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: settings {settings.source}")
         print(f"demo: dagster instance {home}; runs under {settings.runs_root}")
         with LocalSandbox(settings, slots=demo.slots, startup_timeout_s=demo.startup_timeout_s) as sandbox:
-            how = "started" if sandbox.started else "already running"
+            how = "started" if sandbox.started else "already running (verified: shopsim sandbox serving the split file's catalog)"
             print(f"demo: sandbox {how}: environment {sandbox.env_url}, policy {sandbox.policy_url}")
             headlines = run_demo(settings, demo, home)
         if sandbox.started:

@@ -65,3 +65,55 @@ def test_demo_reports_bad_settings_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "bogus: unknown key" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_demo_reuses_only_a_verified_sandbox(tmp_path: Path, settings_writer, sandbox) -> None:
+    """Servers already on the demo's ports are used only if they are the sandbox serving the split
+    file's catalog; an old sandbox with another catalog, or a foreign server, stops the demo."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from shopsimrl_dagster.demo import DemoError, LocalSandbox
+    from shopsimrl_dagster.settings import load_pipeline_settings
+
+    def settings(folder: str, **kw):
+        (tmp_path / folder).mkdir()
+        return load_pipeline_settings(settings_writer(tmp_path / folder, **kw))
+
+    ours = settings("ours", env_url=sandbox.env_url, policy_url=sandbox.policy_url, split_file=sandbox.split_file)
+    with LocalSandbox(ours) as reused:
+        assert reused.started is False
+
+    # The session sandbox serves a small catalog, not the one the committed demo split was built from.
+    stale = settings("stale", env_url=sandbox.env_url, policy_url=sandbox.policy_url)
+    try:
+        with LocalSandbox(stale):
+            raise AssertionError("a sandbox with another catalog was reused")
+    except DemoError as exc:
+        assert "serves catalog" in str(exc) and "persona_splits.sandbox.json" in str(exc) and "\n" not in str(exc)
+
+    class Foreign(BaseHTTPRequestHandler):  # answers 200 {} everywhere, like a permissive real server
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        foreign = settings("foreign", env_url=f"http://127.0.0.1:{port}", policy_url=f"http://127.0.0.1:{_free_port()}/v1")
+        box = LocalSandbox(foreign)
+        try:
+            with box:
+                raise AssertionError("a foreign server was used")
+        except DemoError as exc:
+            assert f"127.0.0.1:{port} is not the shopsim sandbox" in str(exc) and "stop that server" in str(exc)
+        assert box.started is False and box._process is None
+    finally:
+        server.shutdown()
+        server.server_close()

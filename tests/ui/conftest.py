@@ -121,6 +121,8 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
     settings["environment"]["base_url"] = sandbox.env_url
     settings["inference"].update(base_url=sandbox.policy_url, served_model=sandbox.served_model)
     settings["suites"]["val"]["sample_size"] = 8
+    # The test launches its own materialization; a running sensor would race it for the partition.
+    settings["automation"].update(sensor_running=False, schedule_running=False)
     settings_path = work / "pipeline.yaml"
     settings_path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
     register_checkpoint(load_pipeline_settings(settings_path).checkpoint_registry, Checkpoint("ui-step-000100", 100))
