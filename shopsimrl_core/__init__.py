@@ -80,6 +80,9 @@ _register("_ols", "fit_no_intercept_ols", "bootstrap_coefficients")  # SKILLS
 _register("_gate", "GateAConfig", "GateAResult", "run_gate_a", "plan_gate_a", "AssignedSkillBank", "OnlineGateConfig", "run_online_gate", "build_candidate_pool", "gate_config_problems")  # SKILLS
 _register("_export", "export_traces", "export_sft", "redact_record")  # SKILLS
 _register("_analyst", "AnalystCandidateProvider")  # SKILLS
+_register("_audit", "audit_traces", "TraceAudit", "EpisodeOutcome", "goal_leaks")  # trace audit behind the pipeline's checks
+_register("_hashing", "sha256_file")
+_register("_store", "iter_trace_lines", "TraceLine")
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,9 +27,9 @@ from ._errors import ConfigError, TestSplitGuardError
 from ._jobs import EpisodeJob
 from ._plan import EvalPlan, build_plan
 from ._progress import ProgressEvent, ProgressTracker
-from ._store import RunStore, TestAccessLedger, is_complete, utc_now
+from ._store import RunStore, TestAccessLedger
+from ._trace import evaluator_boundary_record, is_complete, utc_now
 from ._summary import summarize_run
-from ._versions import TRACE_SCHEMA
 
 __all__ = ["RunResult", "run_evaluation", "arun_evaluation", "EpisodeFunction", "check_test_access", "boundary_record"]
 
@@ -66,27 +65,7 @@ def _new_invocation_id() -> str:
 
 def boundary_record(job: EpisodeJob, exc: BaseException) -> dict[str, Any]:
     """The synthetic failed record stored when the episode function itself raises (§6.7, §12.3)."""
-    return {
-        "schema_version": TRACE_SCHEMA,
-        "episode_id": job.episode_id,
-        "status": "failed",
-        "job": job.to_dict(),
-        "provenance": {},
-        "started_at": None,
-        "ended_at": utc_now(),
-        "duration_ms": None,
-        "reset": None,
-        "selected_skills": [],
-        "conversation": [],
-        "steps": [],
-        "final": None,
-        "error": {
-            "stage": "evaluator_boundary",
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        },
-    }
+    return evaluator_boundary_record(job.to_dict(), job.episode_id, exc)
 
 
 def _ledger_key(plan: EvalPlan) -> str:

@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigError
-from ._labels import is_complete, iter_latest_records
+from ._hashing import write_text_atomic
+from ._labels import iter_latest_records
+from ._trace import is_complete
 from ._versions import SFT_SCHEMA, TRACE_SCHEMA
 
 __all__ = [
@@ -143,20 +144,15 @@ class ExportResult:
 
 
 def _write_jsonl_atomic(path: Path, lines: Iterable[dict[str, Any]]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     count = 0
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for line in lines:
-                handle.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
-                count += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    def encoded() -> Iterator[str]:
+        nonlocal count
+        for line in lines:
+            yield json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n"
+            count += 1
+
+    write_text_atomic(path, encoded())
     return count
 
 

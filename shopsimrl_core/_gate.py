@@ -33,7 +33,7 @@ from typing import Any
 
 from ._errors import SkillError
 from ._hashing import fingerprint, write_json_atomic
-from ._labels import is_complete
+from ._trace import is_complete
 from ._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols
 from ._versions import (
     CHUNK_CONTRIBUTIONS_SCHEMA,
@@ -110,7 +110,25 @@ def build_assignments(
             "assignment_sha256": fingerprint(core)}
 
 
-class AssignedSkillBank:
+class _AssignedSkills:
+    """What both gate providers share: a JSON-safe identity copy and the per-episode assignment lookup."""
+
+    _identity: dict[str, Any]
+    _lookup: dict[tuple[Any, ...], list[str]]
+    _kind: str
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._identity))
+
+    def _assigned(self, context: dict[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
+        key = (context.get("split"), context.get("task_id"), context.get("sample_id"))
+        if key not in self._lookup:
+            raise _gate_error(f"no {self._kind} assignment for episode {key}; rebuild mask_assignments.json for this plan")
+        return key, self._lookup[key]
+
+
+class AssignedSkillBank(_AssignedSkills):
     """A ``SkillProvider`` that injects each episode's pre-assigned chunks (spec §11.4).
 
     Looks up ``(split, task_id, sample_id)`` in the assignment file, runs the ordinary selection
@@ -141,16 +159,11 @@ class AssignedSkillBank:
                            "episodes": len(assignments["assignments"])},
         }
 
-    @property
-    def identity(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._identity))
+    _kind = "mask"
 
     def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
         """The assigned chunks of this episode, in bank order."""
-        key = (context.get("split"), context.get("task_id"), context.get("sample_id"))
-        if key not in self._lookup:
-            raise _gate_error(f"no mask assignment for episode {key}; rebuild mask_assignments.json for this plan")
-        wanted = self._lookup[key]
+        key, wanted = self._assigned(context)
         selected = [s for s in self._bank.select(context) if s["skill_id"] in wanted]
         missing = set(wanted) - {s["skill_id"] for s in selected}
         if missing:
@@ -874,7 +887,7 @@ def build_online_assignments(jobs: Sequence[Any], pool: dict[str, Any], *, mask_
             "assignment_sha256": fingerprint(core)}
 
 
-class OnlineAssignedSkills:
+class OnlineAssignedSkills(_AssignedSkills):
     """``SkillProvider`` for the online gate: each episode's chosen versions, in slot order (§11.4)."""
 
     def __init__(self, pool: dict[str, Any], assignments: dict[str, Any]) -> None:
@@ -892,18 +905,14 @@ class OnlineAssignedSkills:
                            "assignment_sha256": assignments["assignment_sha256"], "mask_seed": assignments["mask_seed"]},
         }
 
-    @property
-    def identity(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._identity))
+    _kind = "online"
 
     def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
         """The chosen versions of this episode (spec §11.1 records, ``selection_scope: global``)."""
         from ._skills import skill_record
 
-        key = (context.get("split"), context.get("task_id"), context.get("sample_id"))
-        if key not in self._lookup:
-            raise _gate_error(f"no online assignment for episode {key}; rebuild mask_assignments.json for this plan")
-        return [skill_record(self._records[i], "global") for i in self._lookup[key]]
+        _, chosen = self._assigned(context)
+        return [skill_record(self._records[i], "global") for i in chosen]
 
 
 def select_online(

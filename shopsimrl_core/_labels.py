@@ -34,7 +34,9 @@ from typing import Any
 
 from ._errors import TraceFormatError
 from ._hashing import canonical_json, sha256_file
-from ._versions import EPISODE_LABELS_SCHEMA, TRACE_SCHEMA
+from ._store import iter_trace_lines
+from ._trace import is_complete
+from ._versions import EPISODE_LABELS_SCHEMA
 
 __all__ = [
     "OUTCOME_CLASSES",
@@ -73,17 +75,6 @@ _BUDGET_KEY = re.compile(r"预算|budget|价位|价格", re.IGNORECASE)
 # --------------------------------------------------------------------------- trace reading
 
 
-def is_complete(record: dict[str, Any]) -> bool:
-    """The completion predicate of runtime spec §6.6."""
-    final = record.get("final")
-    return (
-        record.get("schema_version") == TRACE_SCHEMA
-        and record.get("status") == "completed"
-        and isinstance(final, dict)
-        and final.get("done") is True
-    )
-
-
 def iter_latest_records(traces_path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield the latest record of every ``episode_id`` in a traces file, sorted by episode id.
 
@@ -98,31 +89,14 @@ def iter_latest_records(traces_path: str | os.PathLike[str]) -> Iterator[dict[st
     if not path.is_file():
         raise TraceFormatError(f"{path}: traces file not found; run the evaluation first", path=str(path))
     latest: dict[str, int] = {}
-    with open(path, "rb") as handle:
-        offset = 0
-        for raw in handle:
-            start = offset
-            offset += len(raw)
-            eid = _episode_id_of(raw)
-            if eid is not None:
-                latest[eid] = start
+    for line in iter_trace_lines(path):
+        eid = line.value.get("episode_id") if isinstance(line.value, dict) else None
+        if isinstance(eid, str) and eid:
+            latest[eid] = line.offset
     with open(path, "rb") as handle:
         for eid in sorted(latest):
             handle.seek(latest[eid])
             yield json.loads(handle.readline())
-
-
-def _episode_id_of(raw: bytes) -> str | None:
-    if not raw.strip():
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    eid = value.get("episode_id")
-    return eid if isinstance(eid, str) and eid else None
 
 
 # --------------------------------------------------------------------------- one episode

@@ -228,6 +228,7 @@ def build_plan(config: EvalConfig) -> EvalPlan:
         "model_max_connections": m.max_connections,
         "environment_timeout": config.environment.timeout,
         "environment_max_connections": config.environment.max_connections,
+        "http_transport": {"model": m.http_transport, "environment": config.environment.http_transport},
         "split_file": str(split.source_path),
         "retry_policy": {
             "max_attempts_per_invocation": config.experiment.attempts_per_invocation,

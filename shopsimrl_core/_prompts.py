@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigError
-from ._hashing import fingerprint
+from ._hashing import fingerprint, parse_json_text, read_json_file
 from ._versions import PROMPT_TEXTS_SCHEMA
 
 __all__ = [
@@ -203,16 +203,10 @@ def load_prompt_texts(path: Path | None = None, *, language: str = "zh") -> dict
         _check_language(language)
         where = f"<built-in prompts/protocol_{language}.json>"
         raw = resources.files("shopsimrl_core").joinpath("prompts", f"protocol_{language}.json").read_text(encoding="utf-8")
+        data = parse_json_text(raw, where, "prompt texts file")
     else:
         where = str(path)
-        try:
-            raw = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot read prompt texts file ({exc.strerror}); fix the path") from exc
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: prompt texts file is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        data = read_json_file(path, "prompt texts file", fix="fix the path")
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: prompt texts file must hold a JSON object")
     if data.get("schema_version") != PROMPT_TEXTS_SCHEMA:

@@ -11,12 +11,11 @@ Hash conventions (spec §2.3): ``content_sha256 = fingerprint(content)`` (the JS
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ._errors import ConfigError
-from ._hashing import fingerprint
+from ._hashing import fingerprint, read_json_file
 from ._versions import SKILLBANK_SCHEMA
 
 __all__ = [
@@ -182,16 +181,7 @@ def load_skillbank(path: Path | str) -> dict[str, Any]:
         ConfigError: unreadable file, invalid JSON or a §11.2 violation (message names file and field).
     """
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read SkillBank ({exc.strerror}); fix skills.path") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: SkillBank is not UTF-8 text") from exc
-    try:
-        bank = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: SkillBank is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    bank = read_json_file(path, "SkillBank", fix="fix skills.path")
     validate_skillbank(bank, where)
     return bank
 

@@ -30,10 +30,13 @@ from typing import Any, BinaryIO
 
 from ._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
 from ._hashing import fingerprint, write_json_atomic
-from ._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA, TRACE_SCHEMA
+from ._trace import is_complete, utc_now
+from ._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA
 
 __all__ = [
     "RunStore",
+    "TraceLine",
+    "iter_trace_lines",
     "TraceIndex",
     "EpisodeEntry",
     "TestAccessLedger",
@@ -42,20 +45,36 @@ __all__ = [
 ]
 
 
-def utc_now() -> str:
-    """UTC ISO-8601 with offset, microseconds included (the format of every timestamp we write)."""
-    return datetime.now(timezone.utc).isoformat()
+@dataclass(frozen=True)
+class TraceLine:
+    """One line of a traces file as the store reads it (runtime spec §6.5)."""
+
+    number: int
+    """1-based line number."""
+    offset: int
+    length: int
+    value: Any
+    """The parsed JSON value; None when the line did not parse."""
+    parsed: bool
+    """False for a blank line or one that is not JSON (a torn write of a killed process)."""
+    blank: bool
+    """The line holds only whitespace."""
 
 
-def is_complete(record: dict[str, Any]) -> bool:
-    """The completion predicate of §6.6: v4, ``status == "completed"``, ``final.done is true``."""
-    final = record.get("final")
-    return (
-        record.get("schema_version") == TRACE_SCHEMA
-        and record.get("status") == "completed"
-        and isinstance(final, dict)
-        and final.get("done") is True
-    )
+def iter_trace_lines(path: str | os.PathLike[str]) -> Iterator[TraceLine]:
+    """Stream a traces file line by line, parsing each line once; a missing file yields nothing.
+
+    No line is kept after its turn, so memory stays flat for files of any size.
+    """
+    offset = 0
+    for number, raw in enumerate(_raw_lines(Path(path)), start=1):
+        length = len(raw)
+        try:
+            line = TraceLine(number, offset, length, json.loads(raw), True, False)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            line = TraceLine(number, offset, length, None, False, not raw.strip())
+        yield line
+        offset += length
 
 
 @dataclass
@@ -432,18 +451,11 @@ class RunStore:
                 self._handle = None
 
     def _scan(self) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
-        offset = 0
-        for raw in _raw_lines(self.traces_path):
-            length = len(raw)
-            record: dict[str, Any] | None
-            try:
-                value = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                record = None
-            else:
-                record = value if isinstance(value, dict) and isinstance(value.get("episode_id"), str) else None
-            yield offset, length, record
-            offset += length
+        # A counted line is a JSON object with a string episode_id; anything else is skipped (§6.5).
+        for line in iter_trace_lines(self.traces_path):
+            value = line.value
+            record = value if isinstance(value, dict) and isinstance(value.get("episode_id"), str) else None
+            yield line.offset, line.length, record
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
         """Every counted line, in file order (lines that do not parse are skipped)."""

@@ -90,10 +90,13 @@ def error_block(stage: str, exc: BaseException, *, with_traceback: bool = True) 
 
 
 def evaluator_boundary_record(job: dict[str, Any], episode_id: str, exc: BaseException) -> dict[str, Any]:
-    """The synthetic failed record the evaluator stores when a runtime raises out of its episode (§12.3)."""
+    """The synthetic failed record the evaluator stores when a runtime raises out of its episode (§6.7, §12.3).
+
+    ``error`` carries the traceback, since nothing else records where the runtime broke.
+    """
     record = new_trace(job, episode_id, {}, None)
     record["ended_at"] = utc_now()
-    record["error"] = error_block("evaluator_boundary", exc, with_traceback=False)
+    record["error"] = error_block("evaluator_boundary", exc)
     return record
 
 

@@ -114,12 +114,20 @@ class _Connection:
 
     def close(self) -> None:
         transport = self.writer.transport
-        if not transport.is_closing():
+        if transport.is_closing():
+            return
+        if transport.get_write_buffer_size():
+            # request bytes still queued (a cancelled or failed send): drop them, never flush them late
+            transport.abort()
+        else:
             transport.close()
 
     def dead(self) -> bool:
         """True when the server closed (or wrote to) this idle connection: it must not carry a request."""
-        if self.reader.at_eof() or self.reader.exception() is not None or self.writer.transport.is_closing():
+        reader = self.reader
+        if reader.at_eof() or reader.exception() is not None or self.writer.transport.is_closing():
+            return True
+        if getattr(reader, "_buffer", b""):  # bytes nobody asked for: the stream is out of step
             return True
         # the loop may not have seen a FIN that already arrived: an idle socket must not be readable
         sock = self.writer.get_extra_info("socket")

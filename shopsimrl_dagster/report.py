@@ -1,8 +1,9 @@
 """How a run's numbers are shown in the Dagster UI: markdown tables and a chart.
 
 Presentation only: the numbers themselves come from the core summary (``summary.json``) and the
-trace audit. The chart is written next to the run (``summary_chart.png``) and also embedded in the
-metadata as a base64 markdown image, so the UI shows it without file access.
+core trace audit (``shopsimrl_core.audit_traces``). The chart is written next to the run
+(``summary_chart.png``) and also embedded in the metadata as a base64 markdown image, so the UI
+shows it without file access.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .trace_audit import EpisodeOutcome
+from shopsimrl_core import EpisodeOutcome
 
 __all__ = ["category_rows", "category_markdown", "mapping_markdown", "write_summary_chart"]
 

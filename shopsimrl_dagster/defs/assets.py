@@ -7,7 +7,6 @@ of record; downstream assets read them, not values passed through Dagster.
 """
 
 
-import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from ..registry import previous_checkpoint
 from ..report import category_markdown, category_rows, mapping_markdown, write_summary_chart
 from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, SUITE_TAG, is_true
 from ..settings import PipelineSettings
-from ..trace_audit import audit_traces
 from .checks import ROLLOUT_CHECK_SPECS, rollout_check_results
 from .partitions import checkpoints
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
@@ -38,6 +36,7 @@ __all__ = [
     "eval_summary",
     "checkpoint_comparison",
     "job_plan_path",
+    "as_failure",
 ]
 
 ROLLOUT_POOL = "gpu_endpoint"
@@ -47,8 +46,11 @@ _GROUP = "evaluation"
 
 
 @contextmanager
-def _as_failure() -> Iterator[None]:
-    # Core errors already say what is wrong and how to fix it; show that line, not a traceback.
+def as_failure() -> Iterator[None]:
+    """Turn a ``ShopSimRLError`` raised in the body into a ``dg.Failure`` showing ``[code] message``.
+
+    Core errors already say what is wrong and how to fix it; the run shows that line, not a traceback.
+    """
     try:
         yield
     except core.ShopSimRLError as exc:
@@ -62,17 +64,9 @@ def job_plan_path(runs_root: Path, suite: str) -> Path:
 
 def _suite_of(context: dg.AssetExecutionContext, settings: PipelineSettings) -> str:
     name = context.run.tags.get(SUITE_TAG) or settings.default_suite
-    with _as_failure():
+    with as_failure():
         settings.suite(name)
     return name
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -87,14 +81,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def frozen_split(evaluation_suites: EvaluationSuites) -> dg.MaterializeResult:
     """The frozen split file: validated (ids unique, declared hashes verified) and fingerprinted."""
     settings = evaluation_suites.settings()
-    with _as_failure():
+    with as_failure():
         split_file = core.load_split_file(settings.split_file)
     rows = ["| split | role | guarded | persona | tasks | task_ids_sha256 |", "|---|---|---|---|---:|---|"]
     metadata: dict[str, Any] = {}
     for name, split in sorted(split_file.splits.items()):
         rows.append(f"| {name} | {split.role or '–'} | {split.guarded} | {split.persona} | {split.task_count} | `{split.task_ids_sha256}` |")
         metadata[f"{name}_tasks"] = split.task_count
-    file_sha = _sha256(split_file.path)
+    file_sha = core.sha256_file(split_file.path)
     metadata.update(
         {
             "path": dg.MetadataValue.path(str(split_file.path)),
@@ -110,12 +104,12 @@ def frozen_split(evaluation_suites: EvaluationSuites) -> dg.MaterializeResult:
 def job_plan(evaluation_suites: EvaluationSuites, run_storage: RunStorage) -> dg.MaterializeResult:
     """The deterministic job list of every evaluation suite (task-major, seeded), one file per suite."""
     settings = evaluation_suites.settings()
-    with _as_failure():
+    with as_failure():
         split_file = core.load_split_file(settings.split_file)
     table = ["| suite | split | guarded | tasks | repeats | episodes | jobs_fingerprint |", "|---|---|---|---:|---:|---:|---|"]
     metadata: dict[str, Any] = {}
     for name, suite in sorted(settings.suites.items()):
-        with _as_failure():
+        with as_failure():
             split = split_file.get(suite.split)
         if suite.sample_size is not None and suite.sample_size > split.task_count:
             raise dg.Failure(
@@ -175,7 +169,7 @@ def rollout_traces(
     suite_name = _suite_of(context, settings)
     suite = settings.suite(suite_name)
     checkpoint = checkpoint_registry.get(context.partition_key)
-    with _as_failure():
+    with as_failure():
         split = core.load_split_file(settings.split_file).get(suite.split)
     allow_test = is_true(context.run.tags.get(ALLOW_TEST_SPLIT_TAG))
     if split.guarded and not allow_test:
@@ -202,7 +196,7 @@ def rollout_traces(
     )
     config_path = write_eval_config(target, suite)
     run_dir = run_storage.run_dir(suite_name, checkpoint.checkpoint_id)
-    completed_before = sum(1 for o in audit_traces(run_dir / "traces.jsonl").latest.values() if o.completed)
+    completed_before = sum(1 for entry in core.RunStore(run_dir).index().entries.values() if entry.complete)
     context.log.info(f"rollout {checkpoint.checkpoint_id} on suite {suite_name}: config {config_path}, run dir {run_dir}")
     started = time.monotonic()
 
@@ -215,7 +209,7 @@ def rollout_traces(
                 f"{event.attempts} attempts this run, reward_mean {event.reward_mean}"
             )
 
-    with _as_failure():
+    with as_failure():
         config = core.load_config(config_path)
         result = core.run_evaluation(
             config,
@@ -227,7 +221,7 @@ def rollout_traces(
     wall_s = time.monotonic() - started
     summary = result.summary
     counts = summary.get("counts", {})
-    audit = audit_traces(result.traces_path)
+    audit = core.audit_traces(result.traces_path)
     manifest = _read_json(run_dir / "manifest.json")
     check_results = rollout_check_results(
         coverage=counts.get("coverage"),
@@ -275,9 +269,9 @@ def eval_summary(
     settings = evaluation_suites.settings()
     suite_name = _suite_of(context, settings)
     run_dir = run_storage.run_dir(suite_name, context.partition_key)
-    with _as_failure():
+    with as_failure():
         summary = core.summarize_run(run_dir)
-    audit = audit_traces(run_dir / "traces.jsonl")
+    audit = core.audit_traces(run_dir / "traces.jsonl")
     counts, primary, behavior = summary["counts"], summary["primary"], summary["behavior"]
     completed = int(counts.get("completed") or 0)
     successes = [o.success for o in audit.latest.values() if o.completed and o.success is not None]
@@ -339,7 +333,7 @@ def checkpoint_comparison(
         reason = "no earlier checkpoint" if baseline is None else f"baseline {baseline} has no {suite_name} summary yet"
         return dg.MaterializeResult(metadata={"suite": suite_name, "baseline": str(baseline), "status": f"skipped: {reason}"})
     run_dir = run_storage.run_dir(suite_name, current)
-    with _as_failure():
+    with as_failure():
         comparison = core.compare_runs(
             baseline_dir,
             run_dir,

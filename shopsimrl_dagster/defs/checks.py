@@ -1,8 +1,9 @@
 """Blocking checks on ``rollout_traces``, emitted by the asset itself (no extra step per check).
 
 A failed check stops ``eval_summary`` and everything below it for that partition, so a broken or
-incomplete rollout never produces headline numbers. The verdicts come from the trace audit, the
-run manifest and the job plan; this module only maps them to ``AssetCheckResult``s.
+incomplete rollout never produces headline numbers. The verdicts come from the core's trace audit
+(``shopsimrl_core.audit_traces``), the run manifest and the job plan; this module only maps them to
+``AssetCheckResult``s.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import dagster as dg
 
 import shopsimrl_core as core
 
-from ..trace_audit import TraceAudit
-
 __all__ = [
     "COVERAGE",
     "TRACES_VALID",
@@ -25,6 +24,7 @@ __all__ = [
     "TEST_OPT_IN",
     "ROLLOUT_CHECK_SPECS",
     "rollout_check_results",
+    "check_result",
 ]
 
 COVERAGE = "coverage_complete"
@@ -50,7 +50,8 @@ ROLLOUT_CHECK_SPECS = [
 ]
 
 
-def _result(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
+def check_result(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
+    """A blocking (ERROR-severity) check verdict with its description and metadata."""
     return dg.AssetCheckResult(
         check_name=name,
         passed=passed,
@@ -101,7 +102,7 @@ def _opt_in_verdict(guarded: bool, ledger_path: Path, run_dir: Path, manifest: d
 def rollout_check_results(
     *,
     coverage: float | None,
-    audit: TraceAudit,
+    audit: core.TraceAudit,
     manifest: dict[str, Any] | None,
     job_plan: dict[str, Any] | None,
     guarded: bool,
@@ -110,8 +111,8 @@ def rollout_check_results(
 ) -> list[dg.AssetCheckResult]:
     """The five blocking verdicts of one rollout, in ``ROLLOUT_CHECK_SPECS`` order."""
     results = [
-        _result(COVERAGE, coverage == 1.0, f"coverage {coverage}", coverage=float(coverage or 0.0)),
-        _result(
+        check_result(COVERAGE, coverage == 1.0, f"coverage {coverage}", coverage=float(coverage or 0.0)),
+        check_result(
             TRACES_VALID,
             audit.invalid_count == 0,
             "all trace lines validate" if audit.invalid_count == 0 else "; ".join(audit.invalid[:3]),
@@ -122,9 +123,9 @@ def rollout_check_results(
         ),
     ]
     passed, text, meta = _plan_verdict(manifest, job_plan)
-    results.append(_result(PLAN_MATCHES, passed, text, **meta))
+    results.append(check_result(PLAN_MATCHES, passed, text, **meta))
     results.append(
-        _result(
+        check_result(
             NO_GOAL_LEAK,
             not audit.leaks,
             "no private-goal text in model-visible messages" if not audit.leaks else "; ".join(audit.leaks[:3]),
@@ -133,5 +134,5 @@ def rollout_check_results(
         )
     )
     passed, text = _opt_in_verdict(guarded, ledger_path, run_dir, manifest)
-    results.append(_result(TEST_OPT_IN, passed, text, guarded=guarded))
+    results.append(check_result(TEST_OPT_IN, passed, text, guarded=guarded))
     return results

@@ -18,8 +18,6 @@ runs train, then val) fills the lineage as its inputs appear.
 
 
 import json
-from contextlib import contextmanager
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,8 @@ from shopsimrl_core import (
     write_draft,
 )
 
-from .assets import ROLLOUT_POOL
+from .assets import ROLLOUT_POOL, as_failure
+from .checks import check_result
 from .partitions import checkpoints
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage
 
@@ -82,28 +81,15 @@ class GateSettings(dg.Config):
     bootstrap_samples: int = 1000
 
 
-@contextmanager
-def _as_failure() -> Iterator[None]:
-    try:
-        yield
-    except core.ShopSimRLError as exc:
-        raise dg.Failure(description=f"[{exc.code}] {exc.one_line()}") from exc
-
-
 def _skills_dir(run_storage: RunStorage, checkpoint_id: str) -> Path:
     return run_storage.root_path / "skills" / checkpoint_id
-
-
-def _check(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(check_name=name, passed=passed, severity=dg.AssetCheckSeverity.ERROR,
-                               description=description, metadata=metadata)
 
 
 def _skipped(reason: str, checks: list[str]) -> dg.MaterializeResult:
     # Nothing was produced, so nothing can violate a check; say so instead of claiming a pass on data.
     return dg.MaterializeResult(
         metadata={"status": f"skipped: {reason}"},
-        check_results=[_check(name, True, f"not applicable: {reason}") for name in checks],
+        check_results=[check_result(name, True, f"not applicable: {reason}") for name in checks],
     )
 
 
@@ -130,7 +116,7 @@ def episode_labels(
         run_dir = run_storage.run_dir(suite, checkpoint_id)
         if not (run_dir / "traces.jsonl").is_file():
             continue
-        with _as_failure():
+        with as_failure():
             table = label_run(run_dir)
             episode_ids = {r["episode_id"] for r in iter_latest_records(run_dir / "traces.jsonl")}
             rows = read_labels(table.path).get_column("episode_id").to_list()
@@ -169,7 +155,7 @@ def episode_labels(
         success = table.distribution["outcomes"].get("success", 0)
         metadata[f"{suite}_success_share"] = success / table.episodes if table.episodes else 0.0
     bad = {s: c for s, c in coverage.items() if c[1] < 0}
-    check = _check(LABELS_COVER, not bad,
+    check = check_result(LABELS_COVER, not bad,
                    "one label row per episode in every run" if not bad else f"label rows do not match episodes in {sorted(bad)}",
                    rows=dg.MetadataValue.json({s: c[0] for s, c in coverage.items()}))
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
@@ -202,7 +188,7 @@ def skill_candidates(
 ) -> dg.MaterializeResult:
     """Skill candidates mined from the train suite's labelled traces, plus the cold-start draft."""
     settings = evaluation_suites.settings()
-    with _as_failure():
+    with as_failure():
         settings.suite(config.train_suite)
     checkpoint_id = context.partition_key
     run_dir = run_storage.run_dir(config.train_suite, checkpoint_id)
@@ -222,13 +208,13 @@ def skill_candidates(
         raise dg.Failure(description=f"skill_candidates.provider: unknown provider {config.provider!r}; "
                          "use rule_based or analyst")
     out_dir = _skills_dir(run_storage, checkpoint_id)
-    with _as_failure():
+    with as_failure():
         result = mine_candidates(run_dir / "labels.parquet", run_dir / "traces.jsonl", out_dir / "skill_candidates.json",
                                  provider=provider, min_support=config.min_support)
     doc = result.document
     draft_path = bank_path = None
     if result.accepted:
-        with _as_failure():
+        with as_failure():
             draft, bank = build_draft(doc, active_skill_budget=min(config.active_skill_budget, len(result.accepted)))
             draft_path, bank_path = write_draft(draft, bank, out_dir)
     # Checks recompute their verdict from the files, independently of the miner's own bookkeeping.
@@ -266,9 +252,9 @@ def skill_candidates(
         metadata["draft_path"] = dg.MetadataValue.path(str(draft_path))
         metadata["draft_skillbank_path"] = dg.MetadataValue.path(str(bank_path))
     return dg.MaterializeResult(metadata=metadata, check_results=[
-        _check(FIREWALL, not leaks, "every accepted candidate is free of instance data" if not leaks
+        check_result(FIREWALL, not leaks, "every accepted candidate is free of instance data" if not leaks
                else f"instance data in {sorted(leaks)}", findings=dg.MetadataValue.json(leaks)),
-        _check(TRAIN_ONLY, train_only, "all evidence is from the train split" if train_only
+        check_result(TRAIN_ONLY, train_only, "all evidence is from the train split" if train_only
                else f"non-train evidence: {foreign[:5]}", evidence_episodes=len(split_of)),
     ])
 
@@ -292,7 +278,7 @@ def skill_gate(
     """Gate A: masked val rollouts paired with the bare val run; OLS per component with task-bootstrap
     intervals; strictly positive chunks up to the budget are selected."""
     settings = evaluation_suites.settings()
-    with _as_failure():
+    with as_failure():
         settings.suite(config.val_suite)
     checkpoint_id = context.partition_key
     draft_path = _skills_dir(run_storage, checkpoint_id) / "initial_skill_draft.json"
@@ -303,7 +289,7 @@ def skill_gate(
     if not (bare_dir / "manifest.json").is_file() or not bare_config.is_file():
         return _skipped(f"no bare {config.val_suite!r} run for {checkpoint_id}; run job evaluate_{config.val_suite} first",
                         [GATE_PAIRED])
-    with _as_failure():
+    with as_failure():
         problems = core.gate_config_problems(core.load_config(bare_config))
     if problems:
         # A sampled or repeated val suite is a legitimate evaluation setting, just not a Gate A baseline.
@@ -311,7 +297,7 @@ def skill_gate(
                         f"(spec §14.1), but {'; '.join(problems)}; set suites.{config.val_suite}.sample_size: null "
                         f"and repeats: 1 in {settings.source}, then rerun evaluate_{config.val_suite}", [GATE_PAIRED])
     out_dir = run_storage.root_path / "gate-a" / checkpoint_id
-    with _as_failure():
+    with as_failure():
         result = run_gate_a(GateAConfig(output_dir=out_dir, experiment_config=bare_config, bare_run_dir=bare_dir,
                                         draft_path=draft_path, mask_seed=config.mask_seed,
                                         bootstrap_samples=config.bootstrap_samples))
@@ -319,7 +305,7 @@ def skill_gate(
                                 "bare_run_dir": dg.MetadataValue.path(str(bare_dir))}
     if result.status != "complete":
         return dg.MaterializeResult(metadata=metadata, check_results=[
-            _check(GATE_PAIRED, False, "the masked val run is incomplete; rematerialize to resume it")])
+            check_result(GATE_PAIRED, False, "the masked val run is incomplete; rematerialize to resume it")])
     contrib = result.contributions
     est = contrib["estimates"]
     table = ["| chunk | label | status | rank | β reward | 95% interval | β r_strict | β r_success |",
@@ -344,7 +330,7 @@ def skill_gate(
         "selected_skillbank_path": dg.MetadataValue.path(str(result.selected_skillbank_path)),
     })
     return dg.MaterializeResult(metadata=metadata, check_results=[
-        _check(GATE_PAIRED, True, f"{contrib['observations']} paired val episodes",
+        check_result(GATE_PAIRED, True, f"{contrib['observations']} paired val episodes",
                bare_observations_sha256=contrib["bare_baseline"]["observations_sha256"])])
 
 
@@ -364,7 +350,7 @@ def skillbank_snapshot(context: dg.AssetExecutionContext, run_storage: RunStorag
     selected = run_storage.root_path / "gate-a" / checkpoint_id / "selected_skillbank.json"
     if not selected.is_file():
         return _skipped(f"Gate A has not selected a bank for {checkpoint_id}", [SNAPSHOT_HASH])
-    with _as_failure():
+    with as_failure():
         bank = load_skillbank(selected)
         snap = snapshot_skillbank(bank, run_storage.root_path / "skillbanks")
         reloaded = load_skillbank(snap.path)
@@ -393,7 +379,7 @@ def skillbank_snapshot(context: dg.AssetExecutionContext, run_storage: RunStorag
         "inject_with": f"skills.path: {snap.path}",
     }
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(snap.bank_sha256[:16]), check_results=[
-        _check(SNAPSHOT_HASH, ok, "snapshot reloads and reproduces its hashes" if ok
+        check_result(SNAPSHOT_HASH, ok, "snapshot reloads and reproduces its hashes" if ok
                else f"hash or firewall problem (content hashes ok: {content_ok}; leaks: {leaks})")])
 
 

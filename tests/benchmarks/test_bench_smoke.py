@@ -39,7 +39,7 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
     for key, row in doc["zero_latency"].items():
         _check_row(row, f"zero_latency.{key}")
         assert set(row["timing_p50_ms"]) == TIMING_KEYS and row["timing_p50_ms"]["model_ms"] > 0
-    for section in ("sharded_httpx", "stream_transport"):  # the transport seam carries other transports
+    for section in ("httpx_pool", "sharded_httpx", "stream_transport"):  # other transports, same episodes
         assert set(doc[section]) == {"c1", "c8", "c64"}, section
         for key, row in doc[section].items():
             _check_row(row, f"{section}.{key}")
@@ -47,7 +47,8 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
     assert {"c1", "c8", "c64"} <= set(doc["thread_reference"])
     for key, row in doc["thread_reference"].items():
         _check_row(row, f"thread_reference.{key}")
-    assert set(doc["latency_bound"]) == {"stub", "stub_sharded_httpx", "stub_stream_transport", "sandbox_policy"}
+    assert set(doc["latency_bound"]) == {"stub", "stub_sharded_httpx", "stub_stream_transport", "sandbox_policy",
+                                         "stub_httpx_pool", "sandbox_policy_httpx_pool"}
     for policy, row in doc["latency_bound"].items():
         _check_row(row, f"latency_bound.{policy}")
         assert row["ideal_steps_per_s"] == row["concurrency"] / 0.2
@@ -57,7 +58,8 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
         assert row["timing_p50_ms"]["model_ms"] >= 200
     assert {"c64_httpx_vs_thread_reference", "c8_httpx_vs_stream_transport", "latency_httpx_vs_sharded_httpx"} <= set(doc["ratios"])
     assert (tmp_path / doc["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "runtime, httpx (default)" in done.stdout and "wrote" in done.stdout
+    assert "c64_default_vs_httpx_pool" in doc["ratios"]
+    assert "runtime, default (streams transport)" in done.stdout and "wrote" in done.stdout
 
 
 def test_steady_rate_ignores_the_tail_after_the_last_episode_start() -> None:

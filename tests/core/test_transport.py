@@ -594,8 +594,6 @@ def test_cancellation_never_returns_a_broken_connection(uvicorn_url):
 
 
 def test_cancelled_waiter_passes_its_grant_on():
-    release = asyncio.Event
-
     async def handler(server, reader, writer, index):
         while await server.next_request(reader, index) is not None:
             await server.gate.wait()
@@ -604,7 +602,7 @@ def test_cancelled_waiter_passes_its_grant_on():
 
     async def main():
         async with RawServer(handler) as server, client_for(StreamsTransport(max_connections=1)) as client:
-            server.gate = release()
+            server.gate = asyncio.Event()
             tasks: dict[str, asyncio.Task[Any]] = {}
 
             async def first_then_cancel_second():
@@ -707,3 +705,20 @@ def test_idle_connections_past_keepalive_expiry_are_not_reused():
 
     server, pool = run(bounded(main()))
     assert [r[0] for r in server.requests] == [0, 1] and pool.open == 1
+
+
+def test_connection_with_unrequested_bytes_is_not_reused():
+    async def handler(server, reader, writer, index):
+        while await server.next_request(reader, index) is not None:
+            writer.write(ok(b"first") + ok(b"stray") if index == 0 else ok(b"second"))
+            await writer.drain()
+
+    async def main():
+        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
+            first = await client.get(server.url + "/a")
+            await asyncio.sleep(0.05)
+            second = await client.get(server.url + "/b")
+            return server, first.text, second.text
+
+    server, first, second = run(bounded(main()))
+    assert (first, second) == ("first", "second") and server.connections == 2

@@ -3,6 +3,7 @@ into the given Dagster instance, prints the headline numbers and leaves them for
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -84,13 +85,18 @@ def test_demo_reuses_only_a_verified_sandbox(tmp_path: Path, settings_writer, sa
     with LocalSandbox(ours) as reused:
         assert reused.started is False
 
-    # The session sandbox serves a small catalog, not the one the committed demo split was built from.
-    stale = settings("stale", env_url=sandbox.env_url, policy_url=sandbox.policy_url)
+    # A split file built from another catalog (as an old sandbox with another --catalog-size would serve).
+    other = json.loads(Path(sandbox.split_file).read_text(encoding="utf-8"))
+    served = other["source"]["cleaned_archive_sha256"]
+    other["source"]["cleaned_archive_sha256"] = "0" * 64
+    (tmp_path / "other_splits.json").write_text(json.dumps(other), encoding="utf-8")
+    stale = settings("stale", env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                     split_file=tmp_path / "other_splits.json")
     try:
         with LocalSandbox(stale):
             raise AssertionError("a sandbox with another catalog was reused")
     except DemoError as exc:
-        assert "serves catalog" in str(exc) and "persona_splits.sandbox.json" in str(exc) and "\n" not in str(exc)
+        assert f"serves catalog {served[:12]}" in str(exc) and "stop that server" in str(exc) and "\n" not in str(exc)
 
     class Foreign(BaseHTTPRequestHandler):  # answers 200 {} everywhere, like a permissive real server
         def do_GET(self) -> None:

@@ -1,4 +1,5 @@
-"""The trace audit behind the blocking checks, on real sandbox traces with planted defects."""
+"""The blocking rollout checks over the core trace audit (``shopsimrl_core.audit_traces``, unit-tested in
+tests/core/test_audit.py), on real traces of a Dagster rollout with planted defects."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import dagster as dg
 
 from shopsimrl_dagster.defs import assets as lineage
 from shopsimrl_dagster.defs.checks import rollout_check_results
-from shopsimrl_dagster.trace_audit import audit_traces
+from shopsimrl_core import audit_traces
 
 
 def _real_traces(settings, resources, register) -> Path:
@@ -39,21 +40,22 @@ def test_planted_goal_text_schema_break_and_torn_line_are_each_reported(
     planted.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     audit = audit_traces(planted)
-    assert audit.torn_lines == 1
-    assert audit.invalid_count == 1 and "schema_version" in audit.invalid[0] and audit.invalid[0].startswith("line 9:")
-    assert audit.leaks == [f"{victim['episode_id']}: conversation.1 (user) contains goal.instruction_text"]
-
-    results = {r.check_name: r.passed for r in rollout_check_results(
+    checks = {r.check_name: r for r in rollout_check_results(
         coverage=1.0, audit=audit, manifest=None, job_plan=None, guarded=False,
         ledger_path=tmp_path / "ledger.jsonl", run_dir=tmp_path,
     )}
-    assert results == {
+    assert {name: r.passed for name, r in checks.items()} == {
         "coverage_complete": True,
         "trace_lines_valid": False,
         "plan_matches_job_plan": False,
         "no_private_goal_in_prompts": False,
         "test_split_opt_in_recorded": True,
     }
+    valid = checks["trace_lines_valid"]
+    assert valid.description.startswith("line 9:") and "schema_version" in valid.description
+    assert valid.metadata["torn_lines"].value == 1 and valid.metadata["invalid_lines"].value == 1
+    leak = checks["no_private_goal_in_prompts"]
+    assert leak.description == f"{victim['episode_id']}: conversation.1 (user) contains goal.instruction_text"
 
 
 def test_a_guarded_run_without_its_opt_in_record_fails_the_check(tmp_path: Path) -> None:

@@ -1,36 +1,39 @@
-"""One streaming pass over a run's ``traces.jsonl`` that answers the pipeline's blocking checks.
+"""The trace audit: one streaming pass over ``traces.jsonl`` answering a run's integrity questions.
 
-- every line that is JSON validates against the ``shopsimrl-episode-v4`` contract
-  (``shopsimrl_core.validate_trace``);
+- every line that is JSON validates against the ``shopsimrl-episode-v4`` contract (:func:`validate_trace`);
 - no private-goal text (the persona's hidden ``__reasoning__``, the full instruction of a persona
-  task, the goal object itself) appears in any model-visible message;
-- and, on the side, the per-episode latest records the summary presentation needs
-  (category, reward, success) and failures by stage.
+  task, the goal object itself) appears in any model-visible message (:func:`goal_leaks`);
+- and, on the side, the per-episode latest records a summary presentation needs (category, reward,
+  success) and failures by stage.
 
 A line that is not JSON at all is a torn write left by a killed process (runtime spec §6.5: the
 store skips it and repairs the file on the next append). It is counted, not treated as invalid.
+The pipeline's blocking checks are thin wrappers over :func:`audit_traces`.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import shopsimrl_core as core
+from ._errors import TraceFormatError
+from ._store import iter_trace_lines
+from ._trace import is_complete, validate_trace
 
-__all__ = ["EpisodeOutcome", "TraceAudit", "audit_traces"]
+__all__ = ["EpisodeOutcome", "TraceAudit", "audit_traces", "goal_leaks"]
 
 _VISIBLE_ROLES = {"system", "user", "tool"}
 # Shorter texts match by accident (a two-character option value also appears in product pages).
 _MIN_SECRET_CHARS = 8
+_KEPT_PROBLEMS = 20
 
 
 @dataclass
 class EpisodeOutcome:
-    """The latest record of one episode, reduced to what the summary presentation shows."""
+    """The latest record of one episode, reduced to what a summary presentation shows."""
 
     episode_id: str
     task_id: int | None
@@ -60,15 +63,6 @@ class TraceAudit:
         """Failed latest records counted by ``error.stage`` (``unknown`` when missing)."""
         counts = Counter(o.error_stage or "unknown" for o in self.latest.values() if not o.completed)
         return dict(sorted(counts.items()))
-
-
-def _validate(record: Any) -> str | None:
-    # The trace contract lives in the core (shopsimrl_core.validate_trace); this only reports it.
-    try:
-        core.validate_trace(record)
-    except core.TraceFormatError as exc:
-        return exc.one_line()
-    return None
 
 
 def _goal_of(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -110,7 +104,13 @@ def _visible_texts(record: dict[str, Any]) -> list[tuple[str, str]]:
     return texts
 
 
-def _leaks(record: dict[str, Any]) -> list[str]:
+def goal_leaks(record: dict[str, Any]) -> list[str]:
+    """Every model-visible place of one trace record that shows private-goal text.
+
+    Looks at system/user/tool messages and step observations for the serialised goal object, the
+    persona's hidden ``__reasoning__`` and (in persona mode) the full instruction. Returns
+    ``"<episode_id>: <where> contains <what>"`` phrases; empty when nothing leaks.
+    """
     goal = _goal_of(record)
     found: list[str] = []
     texts = _visible_texts(record)
@@ -126,53 +126,51 @@ def _leaks(record: dict[str, Any]) -> list[str]:
     return found
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _outcome(record: dict[str, Any]) -> EpisodeOutcome:
     final = record.get("final") if isinstance(record.get("final"), dict) else {}
-    completed = record.get("status") == "completed" and final.get("done") is True
+    completed = is_complete(record)
     detail = final.get("reward_detail") if isinstance(final.get("reward_detail"), dict) else {}
     goal = _goal_of(record) or {}
     category = str(goal.get("category") or "unknown").split("›")[0].strip() or "unknown"
-    reward = final.get("reward")
-    success = detail.get("r_success")
     error = record.get("error") if isinstance(record.get("error"), dict) else {}
     job = record.get("job") if isinstance(record.get("job"), dict) else {}
-    number = (int, float)
     return EpisodeOutcome(
         episode_id=record["episode_id"],
         task_id=job.get("task_id"),
         completed=completed,
-        reward=float(reward) if isinstance(reward, number) and not isinstance(reward, bool) else None,
-        success=float(success) if isinstance(success, number) and not isinstance(success, bool) else None,
+        reward=_number(final.get("reward")),
+        success=_number(detail.get("r_success")),
         category=category,
         error_stage=None if completed else (str(error.get("stage")) if error.get("stage") else None),
     )
 
 
-def audit_traces(path: str | Path) -> TraceAudit:
-    """Read ``traces.jsonl`` once, line by line, and return what the checks need.
+def audit_traces(path: str | os.PathLike[str]) -> TraceAudit:
+    """Read a traces file once, line by line, and report validity, torn lines, leaks and outcomes.
 
-    Promises: never loads the whole file; a missing file gives an empty audit; the last line of an
-    episode wins as its latest record (spec §6.5).
+    Promises: never loads the whole file; a missing file gives an empty audit; the last valid line
+    of an episode wins as its latest record (spec §6.5); blank lines are not counted.
     """
     audit = TraceAudit(path=Path(path))
-    if not audit.path.exists():
-        return audit
-    with audit.path.open("r", encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            audit.lines += 1
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                audit.torn_lines += 1
-                continue
-            problem = _validate(record)
-            if problem is not None:
-                audit.invalid_count += 1
-                if len(audit.invalid) < 20:
-                    audit.invalid.append(f"line {number}: {problem}")
-                continue
-            audit.leaks.extend(_leaks(record))
-            audit.latest[record["episode_id"]] = _outcome(record)
+    for line in iter_trace_lines(audit.path):
+        if line.blank:
+            continue
+        audit.lines += 1
+        if not line.parsed:
+            audit.torn_lines += 1
+            continue
+        record = line.value
+        try:
+            validate_trace(record)
+        except TraceFormatError as exc:
+            audit.invalid_count += 1
+            if len(audit.invalid) < _KEPT_PROBLEMS:
+                audit.invalid.append(f"line {line.number}: {exc.one_line()}")
+            continue
+        audit.leaks.extend(goal_leaks(record))
+        audit.latest[record["episode_id"]] = _outcome(record)
     return audit
