@@ -83,6 +83,7 @@ _register("_analyst", "AnalystCandidateProvider")  # SKILLS
 _register("_audit", "audit_traces", "TraceAudit", "EpisodeOutcome", "goal_leaks")  # trace audit behind the pipeline's checks
 _register("_hashing", "sha256_file")
 _register("_store", "iter_trace_lines", "TraceLine")
+_register("_seed_probe", "probe_seed")  # SPEC-AUDIT: §22.10
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 

@@ -47,6 +47,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         sys.stderr.write(
             f"shopsimrl: note: split {plan.split.name!r} is guarded; `run` needs --allow-test-split\n"
         )
+    if args.probe_seed:
+        import asyncio
+
+        from ._seed_probe import probe_seed
+
+        # The one network call `plan` makes, and only on request (§22.10); still writes nothing.
+        probe = asyncio.run(probe_seed(plan))
+        described["execution"] = {"seed_honoured": probe["seed_honoured"], "seed_probe": probe}
+        if not probe["seed_honoured"]:
+            sys.stderr.write("shopsimrl: warning: the model server did not reproduce a seeded request (seed_honoured: false)\n")
     _print_json(described)
     return 0
 
@@ -84,6 +94,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         opt_in_source="cli",
         on_start=on_start,
         only_failed=args.only_failed,
+        probe_seed=args.probe_seed,
     )
     counts = result.counts
     reward = result.summary["primary"]["reward_mean"]
@@ -144,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print the plan of an evaluation config as JSON (no network)")
     p.add_argument("config", help="evaluation YAML")
     p.add_argument("--brief", action="store_true", help="leave out the full job list (first_jobs stays)")
+    p.add_argument("--probe-seed", action="store_true", help="send one seeded request twice and report execution.seed_honoured")
     p.set_defaults(handler=_cmd_plan)
 
     r = sub.add_parser("run", help="run or resume an evaluation, then write summary.json")
@@ -157,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-episode-retries", type=_non_negative, default=None, help="failed attempts retried per episode in this invocation")
     r.add_argument("--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation (retries + 1)")
     r.add_argument("--only-failed", action="store_true", help="rerun only episodes whose latest record failed (no new episodes)")
+    r.add_argument("--probe-seed", action="store_true", help="probe seed reproduction first; recorded in manifest.execution.seed_honoured")
     r.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto", help="progress display (auto: bar on a TTY)")
     r.add_argument("--quiet", action="store_true", help="no per-attempt lines")
     r.set_defaults(handler=_cmd_run)
@@ -167,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     rf.add_argument("--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation")
     rf.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto")
     rf.add_argument("--quiet", action="store_true", help="no per-attempt lines")
-    rf.set_defaults(handler=_cmd_run, only_failed=True, allow_test_rerun=False, overwrite=False, resume=True, max_episode_retries=None)
+    rf.set_defaults(handler=_cmd_run, only_failed=True, allow_test_rerun=False, overwrite=False, resume=True, max_episode_retries=None, probe_seed=False)
 
     s = sub.add_parser("summarize", help="rebuild summary.json from traces.jsonl and print it")
     s.add_argument("run_dir", help="run directory")

@@ -144,6 +144,7 @@ async def arun_evaluation(
     plan_blocks: dict[str, Any] | None = None,
     only_failed: bool = False,
     preflight: bool | None = None,
+    probe_seed: bool = False,
 ) -> RunResult:
     """Run (or resume) the evaluation described by *config* and write its summary.
 
@@ -161,7 +162,9 @@ async def arun_evaluation(
     latest stored record failed, leaving never-attempted ones alone. *preflight* (default: on
     unless *episode_fn* is given) checks ``GET /healthz`` of the environment after the directory
     checks and before anything is written, so an unreachable server is a refusal, not hundreds of
-    failed attempts. *episode_fn* replaces ``run_episode`` (tests); *model_transport* and
+    failed attempts. *probe_seed* (``run --probe-seed``, §22.10) sends one seeded request twice
+    before anything is written and records ``seed_honoured`` in ``manifest.execution`` (new runs)
+    and in the invocation line. *episode_fn* replaces ``run_episode`` (tests); *model_transport* and
     *env_transport* are the httpx seams.
 
     Raises:
@@ -201,6 +204,11 @@ async def arun_evaluation(
             mode = "new" if overwrite else store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
             if (episode_fn is None) if preflight is None else preflight:
                 await _preflight_environment(plan, env_transport)
+            if probe_seed:
+                from ._seed_probe import probe_seed as _probe_seed
+
+                probe = await _probe_seed(plan, transport=model_transport)
+                plan.execution = {**plan.execution, "seed_honoured": probe["seed_honoured"], "seed_probe": probe}
             if overwrite:
                 archived = store.archive_existing()
         except BaseException:
