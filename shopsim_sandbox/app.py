@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -210,13 +212,47 @@ class ShopEnvironment:
         })
 
 
+SERVER_TIMING_HEADER = b"server-timing"
+"""Opt-in response header (`--server-timing`): `app;dur=<ms>`, the time the app spent on the request."""
+
+
+class ServerTiming:
+    """ASGI middleware adding `server-timing: app;dur=<ms>` to every HTTP response.
+
+    The duration runs from the moment the server hands the request to the app until the app starts
+    its response (body read, JSON parse, routing, episode work and JSON encoding): the service time,
+    without the time the request waited for the event loop. Opt-in only (`--server-timing`): the real
+    server sends no such header, so by default the responses stay byte-identical to the contract.
+    """
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def send_with_timing(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                duration = f"app;dur={(time.perf_counter() - start) * 1000.0:.3f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (SERVER_TIMING_HEADER, duration)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_timing)
+
+
 SANDBOX_IDENTITY_PATH = "/sandbox/identity"
 """Sandbox-only route (the real server has none): lets a client tell this sandbox from another server."""
 
 
 def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults: FaultConfig | None = None,
-                  index: SearchIndex | None = None, catalog_sha256: str | None = None) -> Starlette:
+                  index: SearchIndex | None = None, catalog_sha256: str | None = None,
+                  server_timing: bool = False) -> Starlette:
     """Build the environment ASGI app over `catalog` with `slots` slots (all knobs off by default).
+
+    With `server_timing`, every response also carries `server-timing: app;dur=<ms>` (`ServerTiming`).
 
     With `catalog_sha256` (the SHA-256 of the served catalog file's bytes, as recorded in the split
     file's `source.cleaned_archive_sha256`), `GET /sandbox/identity` answers
@@ -234,6 +270,6 @@ def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults
             return _json_response(identity)
 
         routes.append(Route(SANDBOX_IDENTITY_PATH, sandbox_identity, methods=["GET"]))
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(ServerTiming)] if server_timing else None)
     app.state.environment = env
     return app

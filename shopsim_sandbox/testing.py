@@ -41,7 +41,10 @@ class SandboxServer:
 
     def __init__(self, catalog_size: int = DEFAULT_CATALOG_SIZE, seed: int = 0, slots: int = 16, policy: bool = True,
                  env_faults: FaultConfig | None = None, policy_faults: FaultConfig | None = None,
-                 latency_ms: float = 0, *, catalog_path: Path | str | None = None):
+                 latency_ms: float = 0, *, catalog_path: Path | str | None = None, server_timing: bool = False,
+                 loop: str = "auto"):
+        self.server_timing = server_timing
+        self.loop = loop
         self.catalog_size = catalog_size
         self.seed = seed
         self.slots = slots
@@ -69,6 +72,10 @@ class SandboxServer:
             argv += ["--catalog", str(catalog_file)]
         if not self.policy:
             argv.append("--no-policy")
+        if self.server_timing:
+            argv.append("--server-timing")
+        if self.loop != "auto":
+            argv += ["--loop", self.loop]
         env_faults = self.env_faults
         if self.latency_ms:
             base = env_faults.to_dict() if env_faults else {}
@@ -118,6 +125,11 @@ class SandboxServer:
                 models = client.get(self.policy_url + "/models").json()
                 self.served_model = models["data"][0]["id"]
         return self
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server subprocess (None before start), e.g. to read its CPU time."""
+        return self._process.pid if self._process is not None else None
 
     def stop(self) -> None:
         """Stop the subprocess (SIGTERM, then SIGKILL after 10 s) and delete its temporary directory."""

@@ -192,6 +192,8 @@ class ModelConfig(_Section):
     """Use SSE streaming. Not part of any identity."""
     send_seed: bool = True
     """Send the per-call seed."""
+    seed_mod_2_32: bool = False
+    """Send per-call seeds reduced mod 2**32 (servers taking 32-bit seeds only). Semantic when true (§22.10)."""
     tool_choice: str = Field("auto", min_length=1)
     """``tool_choice`` sent with the tools."""
     extra_body: dict[str, Any] = Field(default_factory=dict)

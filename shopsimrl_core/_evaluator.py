@@ -202,8 +202,18 @@ async def arun_evaluation(
         archived: Path | None = None
         try:
             mode = "new" if overwrite else store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
+            if only_failed and mode == "new":
+                # retry-failed reruns a stored run's failures; it never starts a run (§22.3).
+                raise ConfigError(
+                    f"{plan.run_dir}: nothing to retry: the run directory holds no run of this plan; use `shopsimrl run` first",
+                    code="nothing-to-retry",
+                )
             if (episode_fn is None) if preflight is None else preflight:
                 await _preflight_environment(plan, env_transport)
+            if episode_fn is None:
+                from ._seed_probe import check_seed_width
+
+                await check_seed_width(plan, transport=model_transport)
             if probe_seed:
                 from ._seed_probe import probe_seed as _probe_seed
 
@@ -397,6 +407,7 @@ async def _execute(
         transport=model_transport,
         checkpoint_id=m.checkpoint_id,
         http_transport=m.http_transport,
+        seed_mod_2_32=m.seed_mod_2_32,
     )
     env = ShopSimulatorClient(
         base_url=config.environment.base_url,

@@ -190,7 +190,8 @@ def export_traces(
 def _guarded(record: dict[str, Any], manifest: dict[str, Any] | None) -> bool:
     split = (record.get("job") or {}).get("split")
     role = (((manifest or {}).get("plan") or {}).get("task_split") or {}).get("role")
-    return split == "test" or role == "test"
+    # New plans carry no split role; every guarded run's manifest records its test-access opt-in (§22.6).
+    return split == "test" or role == "test" or bool((manifest or {}).get("test_access"))
 
 
 def _assistant_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

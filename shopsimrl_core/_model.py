@@ -244,6 +244,7 @@ def model_identity(
     tool_choice: str,
     extra_body: dict[str, Any],
     checkpoint_id: str | None = None,
+    seed_mod_2_32: bool = False,
 ) -> dict[str, Any]:
     """The model identity of §6.3 (trace provenance form, with ``transport``).
 
@@ -267,6 +268,8 @@ def model_identity(
         "tool_choice": tool_choice,
         "extra_body": extra_body,
     }
+    if seed_mod_2_32:
+        identity["sampling"]["seed_mod_2_32"] = True  # only when true (§22.10, §1.1 rule 3)
     return identity
 
 
@@ -310,6 +313,7 @@ class ChatModelClient:
         transport: httpx.AsyncBaseTransport | None = None,
         checkpoint_id: str | None = None,
         http_transport: str = "auto",
+        seed_mod_2_32: bool = False,
     ) -> None:
         if max_retries < 1:
             raise ValueError("max_retries counts total HTTP attempts and must be >= 1")
@@ -324,6 +328,7 @@ class ChatModelClient:
         self.top_p = top_p
         self.max_tokens = max_tokens
         self.send_seed = send_seed
+        self.seed_mod_2_32 = seed_mod_2_32
         self.tool_choice = tool_choice
         self.extra_body = dict(extra_body or {})
         self.stream = stream
@@ -385,6 +390,7 @@ class ChatModelClient:
             tool_choice=self.tool_choice,
             extra_body=self.extra_body,
             checkpoint_id=self.checkpoint_id,
+            seed_mod_2_32=self.seed_mod_2_32,
         )
 
     # -- request --------------------------------------------------------------------------------
@@ -402,7 +408,7 @@ class ChatModelClient:
         if self.top_p is not None:
             body["top_p"] = self.top_p
         if self.send_seed and seed is not None:
-            body["seed"] = seed
+            body["seed"] = self.sent_seed(seed)
         if tools:
             body["tools"] = tools
             body["tool_choice"] = self.tool_choice
@@ -410,7 +416,9 @@ class ChatModelClient:
 
     def sent_seed(self, seed: int | None) -> int | None:
         """The seed that goes on the wire for *seed* (None when seeds are not sent)."""
-        return seed if self.send_seed and seed is not None else None
+        if not self.send_seed or seed is None:
+            return None
+        return seed % 2**32 if self.seed_mod_2_32 else seed
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}

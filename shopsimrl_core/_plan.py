@@ -58,6 +58,9 @@ def model_identity(config: EvalConfig, *, with_transport: bool) -> dict[str, Any
         "tool_choice": m.tool_choice,
         "extra_body": dict(m.extra_body),
     }
+    if m.seed_mod_2_32:
+        # Enters the sampling identity only when true, so existing identities are unchanged (§1.1 rule 3).
+        identity["sampling"]["seed_mod_2_32"] = True
     return identity
 
 
