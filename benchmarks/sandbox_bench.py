@@ -1,12 +1,26 @@
-"""Sandbox benchmark: step latency at 1 and 64 concurrent sessions over real HTTP, search latency on a
-20,000-product catalog (in-process engine and as an HTTP `search[...]` step).
+"""Sandbox benchmark: `interact` step latency at 1 and 64 concurrent sessions over real HTTP, split into
+server service time and queueing, and search latency on a 20,000-product catalog.
 
-    .venv/bin/python -m benchmarks.sandbox_bench [--steps 3000] [--catalog-size 20000]
+    .venv/bin/python -m benchmarks.sandbox_bench [--steps 3000] [--repeats 3] [--catalog-size 20000] [--quick]
 
-Prints a table and writes benchmarks/results/sandbox.json. Latencies are measured by the client
-(request written → full response read) with a minimal keep-alive HTTP/1.1 client on asyncio streams,
-so the numbers describe the server rather than a heavyweight client library. Targets (issue 3):
-step p50 ≤ 2 ms, search p50 ≤ 10 ms.
+Prints a table and writes benchmarks/results/sandbox.json. Targets (issue 3, this machine): step
+p50 ≤ 2 ms, search p50 ≤ 10 ms.
+
+How it measures
+* The server runs in its own process (`SandboxServer`, i.e. `shopsim-sandbox serve`) with the opt-in
+  `--server-timing` flag, so every response carries `server-timing: app;dur=<ms>`: the **service
+  time**, from the moment uvicorn hands the request to the app until the app starts its response.
+* The load generator is this process: closed-loop sessions (each sends its next request when the
+  previous answer is in) over a minimal keep-alive HTTP/1.1 client written on asyncio streams (no
+  HTTP library, nothing from shopsimrl_core). **Client latency** = request written → answer read.
+  Client latency − service time = time waiting for the event loop (queueing) + HTTP parsing + loopback.
+* With N closed-loop sessions, Little's law fixes the mean client latency at N / throughput, so at 64
+  sessions the client latency measures the queue, and only the service time compares with the target.
+* CPU seconds of the server process (from /proc) and of this process are recorded per request, to show
+  the load generator is cheaper than the server it drives.
+* The event loop is compared in the same run (`--loop asyncio` vs the default uvloop), alternating
+  their order per repeat because the 2 shared cores are busy with other jobs; medians over repeats
+  are reported, every repeat is kept in the JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +30,9 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +41,8 @@ from shopsim_sandbox.search import SearchIndex
 from shopsim_sandbox.testing import SandboxServer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
+TARGETS_MS = {"step_p50": 2.0, "search_p50": 10.0}
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _Connection:
@@ -38,34 +56,58 @@ class _Connection:
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
 
-    async def post(self, body: dict) -> tuple[int, dict, float]:
+    async def post(self, body: dict) -> tuple[int, dict, float, float | None]:
+        """Send one request; return (status, result, client seconds, server-timing ms or None)."""
         payload = json.dumps(body).encode()
         request = (f"POST /api/shop_agent HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
                    f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
         start = time.perf_counter()
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
-        length = 0
+        length, service = 0, None
         for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
+            name, _, value = line.partition(b":")
+            name = name.lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"server-timing":
+                service = float(value.split(b"dur=", 1)[1].split(b";", 1)[0])
         data = await self.reader.readexactly(length)
         elapsed = time.perf_counter() - start
-        return int(head.split(b" ", 2)[1]), json.loads(data)["result"], elapsed
+        return int(head.split(b" ", 2)[1]), json.loads(data)["result"], elapsed, service
 
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
 
 
+class _Tally:
+    """Latencies of one session: interact client seconds and service ms, and a count of all requests."""
+
+    def __init__(self) -> None:
+        self.client: list[float] = []
+        self.service: list[float] = []
+        self.requests = 0
+
+    async def post(self, conn: _Connection, body: dict, *, step: bool = False) -> tuple[int, dict]:
+        status, result, elapsed, service = await conn.post(body)
+        self.requests += 1
+        if step:
+            self.client.append(elapsed)
+            if service is not None:
+                self.service.append(service)
+        return status, result
+
+
 async def _session(conn: _Connection, task_ids: list[int], queries: dict[int, str], steps: int,
-                   out: list[float]) -> None:
+                   tally: _Tally) -> None:
     """Play episodes (search, open, select, back, …) until `steps` interact latencies were recorded."""
     position = 0
+    out = tally.client
     while len(out) < steps:
         task_id = task_ids[position % len(task_ids)]
         position += 1
-        status, reset, _ = await conn.post({"action": "reset", "idx": task_id})
+        status, reset = await tally.post(conn, {"action": "reset", "idx": task_id})
         assert status == 200, reset
         lease = {"env_idx": reset["env_idx"], "lease_id": reset["lease_id"]}
         state = reset["observation_state"]
@@ -79,120 +121,202 @@ async def _session(conn: _Connection, task_ids: list[int], queries: dict[int, st
             else:
                 options = [a for a in state["actions"] if "=" in a]
                 action = f"click[{options[0]}]" if options and state.get("missing_option_axes") else "click[< prev]"
-            status, answer, elapsed = await conn.post({"action": "interact", **lease, "response": action})
+            status, answer = await tally.post(conn, {"action": "interact", **lease, "response": action}, step=True)
             assert status == 200, answer
-            out.append(elapsed)
             state = answer["observation_state"]
             if answer["done"] or len(out) >= steps:
                 done = answer["done"]
                 break
         if not done:
-            await conn.post({"action": "terminate", **lease, "termination_reason": "action_limit"})
-        await conn.post({"action": "release_one", **lease})
+            await tally.post(conn, {"action": "terminate", **lease, "termination_reason": "action_limit"})
+        await tally.post(conn, {"action": "release_one", **lease})
 
 
-def _summary(latencies: list[float], wall: float | None = None) -> dict:
-    ms = sorted(x * 1000.0 for x in latencies)
+def _summary(latencies_ms: list[float]) -> dict:
+    ms = sorted(latencies_ms)
     q = statistics.quantiles(ms, n=100, method="inclusive")
-    row = {"n": len(ms), "p50_ms": round(q[49], 3), "p90_ms": round(q[89], 3), "p99_ms": round(q[98], 3),
-           "mean_ms": round(statistics.fmean(ms), 3)}
-    if wall:
-        row["throughput_per_s"] = round(len(ms) / wall, 1)
-    return row
+    return {"n": len(ms), "p50_ms": round(q[49], 3), "p90_ms": round(q[89], 3), "p99_ms": round(q[98], 3),
+            "max_ms": round(ms[-1], 3), "mean_ms": round(statistics.fmean(ms), 3)}
 
 
-async def _step_latency(url: str, sessions: int, steps: int, task_ids: list[int], queries: dict[int, str]) -> dict:
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _step_run(url: str, server_pid: int, sessions: int, steps: int, task_ids: list[int],
+                    queries: dict[int, str]) -> dict:
     host, port = url.removeprefix("http://").split(":")
     conns = [_Connection(host, int(port)) for _ in range(sessions)]
     await asyncio.gather(*(c.open() for c in conns))
     per_session = max(1, steps // sessions)
-    buckets: list[list[float]] = [[] for _ in range(sessions)]
+    tallies = [_Tally() for _ in range(sessions)]
+    server_cpu, client_cpu = _cpu_seconds(server_pid), _own_cpu_seconds()
     start = time.perf_counter()
-    await asyncio.gather(*(_session(c, task_ids[i::sessions] or task_ids, queries, per_session, buckets[i])
+    await asyncio.gather(*(_session(c, task_ids[i::sessions] or task_ids, queries, per_session, tallies[i])
                            for i, c in enumerate(conns)))
     wall = time.perf_counter() - start
+    server_cpu, client_cpu = _cpu_seconds(server_pid) - server_cpu, _own_cpu_seconds() - client_cpu
     await asyncio.gather(*(c.close() for c in conns))
-    return _summary([x for b in buckets for x in b], wall)
+    client = [x * 1000.0 for t in tallies for x in t.client]
+    service = [x for t in tallies for x in t.service]
+    requests = sum(t.requests for t in tallies)
+    return {
+        "client": _summary(client),
+        "service": _summary(service) if service else None,
+        "steps_per_s": round(len(client) / wall, 1),
+        "requests_per_s": round(requests / wall, 1),
+        # Little's law for the closed loop: mean latency over all requests = sessions / request rate.
+        "littles_law_mean_ms": round(sessions / (requests / wall) * 1000.0, 3),
+        "server_cpu_us_per_request": round(server_cpu / requests * 1e6, 1),
+        "client_cpu_us_per_request": round(client_cpu / requests * 1e6, 1),
+        "server_cpu_utilisation": round(server_cpu / wall, 2),
+        "client_cpu_utilisation": round(client_cpu / wall, 2),
+    }
 
 
-async def _search_over_http(url: str, queries: list[str], task_id: int) -> dict:
+def _median_run(runs: list[dict]) -> dict:
+    """Per metric, the median over repeats (so one disturbed repeat does not decide the number)."""
+
+    def med(values: list) -> float:
+        return round(statistics.median(values), 3)
+
+    out: dict = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = {k: med([r[key][k] for r in runs]) for k in value}
+        elif value is None:
+            out[key] = None
+        else:
+            out[key] = med([r[key] for r in runs])
+    return out
+
+
+async def _search_over_http(url: str, queries: list[str], task_id: int) -> tuple[dict, dict]:
     host, port = url.removeprefix("http://").split(":")
     conn = _Connection(host, int(port))
     await conn.open()
-    latencies = []
-    status, reset, _ = await conn.post({"action": "reset", "idx": task_id})
+    client, service = [], []
+    _, reset, _, _ = await conn.post({"action": "reset", "idx": task_id})
     lease = {"env_idx": reset["env_idx"], "lease_id": reset["lease_id"]}
     count = 0
     for query in queries:
         if count >= 28:
             await conn.post({"action": "release_one", **lease})
-            status, reset, _ = await conn.post({"action": "reset", "idx": task_id})
+            _, reset, _, _ = await conn.post({"action": "reset", "idx": task_id})
             lease = {"env_idx": reset["env_idx"], "lease_id": reset["lease_id"]}
             count = 0
-        status, answer, elapsed = await conn.post({"action": "interact", **lease, "response": f"search[{query}]"})
-        latencies.append(elapsed)
+        _, _, elapsed, served = await conn.post({"action": "interact", **lease, "response": f"search[{query}]"})
+        client.append(elapsed * 1000.0)
+        if served is not None:
+            service.append(served)
         await conn.post({"action": "interact", **lease, "response": "click[back to search]"})
         count += 2
     await conn.post({"action": "release_one", **lease})
     await conn.close()
-    return _summary(latencies)
+    return _summary(client), _summary(service)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark, print the table and write benchmarks/results/sandbox.json."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=3000, help="interact steps per concurrency level")
-    parser.add_argument("--catalog-size", type=int, default=20_000, help="catalog size for the search benchmark")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                 "platform": platform.platform()}, "steps": {}, "search": {}}
-    with SandboxServer(slots=64, policy=False) as server:
-        catalog = load_catalog(server.catalog_file)
+def _step_benchmark(args: argparse.Namespace) -> dict:
+    loops = ("uvloop", "asyncio")
+    with SandboxServer(slots=64, policy=False, server_timing=True, loop="uvloop") as fast, \
+            SandboxServer(slots=64, policy=False, server_timing=True, loop="asyncio") as plain:
+        servers = {"uvloop": fast, "asyncio": plain}
+        catalog = load_catalog(fast.catalog_file)
         task_ids = sorted(catalog.tasks)
         queries = {t: catalog.tasks[t].goal["instruction_text"] for t in task_ids}
-        for sessions in (1, 64):
-            asyncio.run(_step_latency(server.env_url, sessions, 200, task_ids, queries))  # warm-up
-            results["steps"][f"{sessions}_sessions"] = asyncio.run(
-                _step_latency(server.env_url, sessions, args.steps, task_ids, queries))
-        results["steps"]["catalog_size"] = len(catalog.products)
-    with SandboxServer(catalog_size=args.catalog_size, slots=4, policy=False) as server:
+        runs: dict[str, dict[int, list[dict]]] = {loop: {1: [], 64: []} for loop in loops}
+        for server in servers.values():
+            for sessions in (1, 64):  # warm-up
+                asyncio.run(_step_run(server.env_url, server.pid, sessions, 200, task_ids, queries))
+        for repeat in range(args.repeats):
+            for loop in loops if repeat % 2 == 0 else loops[::-1]:
+                server = servers[loop]
+                for sessions in (1, 64):
+                    runs[loop][sessions].append(asyncio.run(
+                        _step_run(server.env_url, server.pid, sessions, args.steps, task_ids, queries)))
+    out: dict = {"catalog_size": len(catalog.products), "repeats": args.repeats, "steps_per_run": args.steps}
+    for loop in loops:
+        out[loop] = {f"{s}_sessions": {"median": _median_run(runs[loop][s]), "runs": runs[loop][s]} for s in (1, 64)}
+    return out
+
+
+def _search_benchmark(args: argparse.Namespace) -> dict:
+    with SandboxServer(catalog_size=args.catalog_size, slots=4, policy=False, server_timing=True) as server:
         catalog = load_catalog(server.catalog_file)
         tasks = list(catalog.tasks.values())
-        queries = [t.goal["instruction_text"] for t in tasks[:300]] + \
-                  [t.goal["instruction_simple"] for t in tasks[:300]] + [t.goal["name"] for t in tasks[:300]]
+        n = 30 if args.quick else 300
+        queries = [t.goal["instruction_text"] for t in tasks[:n]] + \
+                  [t.goal["instruction_simple"] for t in tasks[:n]] + [t.goal["name"] for t in tasks[:n]]
         start = time.perf_counter()
         index = SearchIndex(catalog.records, set(catalog.products))
         build_s = time.perf_counter() - start
-        hits = []
-        latencies = []
+        hits, latencies = [], []
         for query in queries:
             t0 = time.perf_counter()
             _, found = index.search(query)
-            latencies.append(time.perf_counter() - t0)
+            latencies.append((time.perf_counter() - t0) * 1000.0)
             hits.append(len(found))
-        results["search"] = {
-            "catalog_size": len(catalog.products),
-            "index_build_s": round(build_s, 3),
-            "engine": _summary(latencies),
-            "http_search_step": asyncio.run(_search_over_http(server.env_url, queries, tasks[0].task_id)),
-            "mean_hits": round(statistics.fmean(hits), 1),
-        }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
+        client, service = asyncio.run(_search_over_http(server.env_url, queries, tasks[0].task_id))
+        return {"catalog_size": len(catalog.products), "index_build_s": round(build_s, 3),
+                "engine": _summary(latencies), "http_search_step": client, "http_search_step_service": service,
+                "mean_hits": round(statistics.fmean(hits), 1)}
+
+
+def _print_table(results: dict) -> None:
+    steps, search = results["steps"], results["search"]
+    print(f"{'measurement':<46} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'steps/s':>9}  target")
+    for loop in ("uvloop", "asyncio"):
+        for s in (1, 64):
+            m = steps[loop][f"{s}_sessions"]["median"]
+            label = f"step, {s} session{'s' if s > 1 else ''}, {loop}"
+            verdict = "p50 ≤ 2 ms: " + ("met" if m["service"]["p50_ms"] <= TARGETS_MS["step_p50"] else "MISSED")
+            print(f"{label + ', service':<46} {m['service']['p50_ms']:>8.3f} {m['service']['p99_ms']:>8.3f} "
+                  f"{m['service']['max_ms']:>8.3f} {'':>9}  {verdict if loop == 'uvloop' else ''}")
+            print(f"{label + ', client':<46} {m['client']['p50_ms']:>8.3f} {m['client']['p99_ms']:>8.3f} "
+                  f"{m['client']['max_ms']:>8.3f} {m['steps_per_s']:>9.0f}  "
+                  f"(Little: {m['littles_law_mean_ms']:.2f} ms mean; CPU/request server "
+                  f"{m['server_cpu_us_per_request']:.0f} µs, client {m['client_cpu_us_per_request']:.0f} µs)")
+    size = search["catalog_size"]
+    for label, row in ((f"search engine, {size} products", search["engine"]),
+                       (f"search[...] step, {size} products, service", search["http_search_step_service"]),
+                       (f"search[...] step, {size} products, client", search["http_search_step"])):
+        verdict = "p50 ≤ 10 ms: " + ("met" if row["p50_ms"] <= TARGETS_MS["search_p50"] else "MISSED")
+        print(f"{label:<46} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} {row['max_ms']:>8.3f} {'':>9}  {verdict}")
+    print(f"index build {search['index_build_s']} s; mean hits/query {search['mean_hits']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the table and write benchmarks/results/sandbox.json (or --out)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=3000, help="interact steps per run (default 3000)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per loop and concurrency (default 3)")
+    parser.add_argument("--catalog-size", type=int, default=20_000, help="catalog size for the search benchmark")
+    parser.add_argument("--out", type=Path, default=None, help=f"output JSON (default {RESULTS})")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: tiny sizes, numbers meaningless, written to a temporary directory")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.repeats, args.catalog_size = 200, 1, 2000
+        out = args.out or Path(tempfile.mkdtemp(prefix="sandbox-bench-")) / "sandbox.json"
+    else:
+        out = args.out or RESULTS
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                 "platform": platform.platform(), "load_avg_at_start": os.getloadavg()},
+                     "targets_ms": TARGETS_MS, "quick": args.quick}
+    results["steps"] = _step_benchmark(args)
+    results["search"] = _search_benchmark(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, args.out)
-    print(f"{'measurement':<40} {'n':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'steps/s':>9}")
-    rows = [("step, 1 session (catalog %d)" % results["steps"]["catalog_size"], results["steps"]["1_sessions"]),
-            ("step, 64 sessions", results["steps"]["64_sessions"]),
-            ("search engine, %d products" % results["search"]["catalog_size"], results["search"]["engine"]),
-            ("search[...] step over HTTP, %d products" % results["search"]["catalog_size"],
-             results["search"]["http_search_step"])]
-    for name, row in rows:
-        print(f"{name:<40} {row['n']:>6} {row['p50_ms']:>8.3f} {row['p90_ms']:>8.3f} {row['p99_ms']:>8.3f} "
-              f"{row.get('throughput_per_s', ''):>9}")
-    print(f"index build {results['search']['index_build_s']} s; mean hits/query {results['search']['mean_hits']}")
-    print(f"wrote {args.out}")
+    os.replace(tmp, out)
+    _print_table(results)
+    print(f"wrote {out}")
     return 0
 
 
