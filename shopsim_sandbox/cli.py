@@ -133,8 +133,9 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    # uvloop (optional; installed with uvicorn[standard]) roughly halves the per-request overhead of
-    # the asyncio loop; uvicorn's own loop choice is bypassed because we run Server.serve ourselves.
+    # uvloop is optional (it comes with uvicorn[standard]); measured here it saves 1-4 % of the server
+    # CPU per request and cuts the 64-session p99 by 15-25 %. uvicorn's own `loop` setting would not
+    # apply: we run Server.serve ourselves.
     if choice == "asyncio":
         return None
     try:
