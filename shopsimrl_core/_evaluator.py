@@ -370,12 +370,11 @@ async def _execute(
     from ._model import ChatModelClient
 
     config = plan.config
-    m = config.model
     if episode_fn is None:
         from ._episode import run_episode
 
         episode_fn = run_episode
-    settings = _make_settings(plan) if _episode_available() else None
+    settings = _make_settings(plan)
 
     lifetime = {job.episode_id: index.attempts(job.episode_id) for job in plan.jobs}
     complete = {job.episode_id: index.is_complete(job.episode_id) for job in plan.jobs}
@@ -388,27 +387,7 @@ async def _execute(
             return False
         return total_cap is None or lifetime[eid] < total_cap
 
-    model = ChatModelClient(
-        base_url=m.base_url,
-        model=m.name,
-        api_key_env=m.api_key_env,
-        timeout=m.timeout,
-        max_retries=m.max_retries,
-        retry_backoff_seconds=m.retry_backoff_seconds,
-        temperature=m.temperature,
-        top_p=m.top_p,
-        max_tokens=m.max_tokens,
-        send_seed=m.send_seed,
-        tool_choice=m.tool_choice,
-        extra_body=dict(m.extra_body),
-        stream=m.stream,
-        trust_env=m.trust_env,
-        max_connections=m.max_connections,
-        transport=model_transport,
-        checkpoint_id=m.checkpoint_id,
-        http_transport=m.http_transport,
-        seed_mod_2_32=m.seed_mod_2_32,
-    )
+    model = ChatModelClient.from_config(config.model, transport=model_transport)
     env = ShopSimulatorClient(
         base_url=config.environment.base_url,
         timeout=config.environment.timeout,
@@ -467,14 +446,6 @@ async def _execute(
                         task.cancel()
                 await asyncio.gather(*workers, return_exceptions=True)
                 raise
-
-
-def _episode_available() -> bool:
-    try:
-        import shopsimrl_core._episode  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def run_evaluation(config: EvalConfig, **kwargs: Any) -> RunResult:

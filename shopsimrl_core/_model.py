@@ -360,6 +360,38 @@ class ChatModelClient:
             )
         return self._client
 
+    @classmethod
+    def from_config(
+        cls, model: Any, *, transport: httpx.AsyncBaseTransport | None = None, **overrides: Any
+    ) -> "ChatModelClient":
+        """Build the client for a config's ``model`` section (``_config.ModelConfig``).
+
+        Every setting comes from the section; ``overrides`` replace individual keyword arguments
+        (the seed probe, for instance, always sends seeds over one connection).
+        """
+        settings: dict[str, Any] = dict(
+            base_url=model.base_url,
+            model=model.name,
+            api_key_env=model.api_key_env,
+            timeout=model.timeout,
+            max_retries=model.max_retries,
+            retry_backoff_seconds=model.retry_backoff_seconds,
+            temperature=model.temperature,
+            top_p=model.top_p,
+            max_tokens=model.max_tokens,
+            send_seed=model.send_seed,
+            tool_choice=model.tool_choice,
+            extra_body=dict(model.extra_body),
+            stream=model.stream,
+            trust_env=model.trust_env,
+            max_connections=model.max_connections,
+            checkpoint_id=model.checkpoint_id,
+            http_transport=model.http_transport,
+            seed_mod_2_32=model.seed_mod_2_32,
+        )
+        settings.update(overrides)
+        return cls(transport=transport, **settings)
+
     async def __aenter__(self) -> "ChatModelClient":
         self._http()
         return self

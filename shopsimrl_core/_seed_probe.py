@@ -33,27 +33,7 @@ def _answer(output: Any) -> dict[str, Any]:
 def _client(plan: Any, transport: httpx.AsyncBaseTransport | None) -> Any:
     from ._model import ChatModelClient
 
-    m = plan.config.model
-    return ChatModelClient(
-        base_url=m.base_url,
-        model=m.name,
-        api_key_env=m.api_key_env,
-        timeout=m.timeout,
-        max_retries=m.max_retries,
-        retry_backoff_seconds=m.retry_backoff_seconds,
-        temperature=m.temperature,
-        top_p=m.top_p,
-        max_tokens=m.max_tokens,
-        send_seed=True,
-        tool_choice=m.tool_choice,
-        extra_body=dict(m.extra_body),
-        stream=m.stream,
-        trust_env=m.trust_env,
-        max_connections=1,
-        transport=transport,
-        http_transport=m.http_transport,
-        seed_mod_2_32=m.seed_mod_2_32,
-    )
+    return ChatModelClient.from_config(plan.config.model, transport=transport, send_seed=True, max_connections=1)
 
 
 def _probe_request(plan: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
