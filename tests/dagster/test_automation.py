@@ -64,10 +64,13 @@ def test_schedule_picks_the_highest_training_step_not_the_newest_file(offline_se
     os.utime(folder / f"{newest.checkpoint_id}.json", (2_000_000_000, 2_000_000_000))
     when = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(
+        # Used as a context manager so its resources are torn down here, not whenever the garbage
+        # collector finds them (which would reset Dagster's current state storage mid-way through
+        # a later test).
+        with dg.build_schedule_context(
             instance=instance, scheduled_execution_time=when, resources={"checkpoint_registry": registry}
-        )
-        request = schedule(context)
+        ) as context:
+            request = schedule(context)
         assert isinstance(request, dg.RunRequest)
         assert request.partition_key == "run7-step-001200"
         assert request.run_key == "nightly:2026-11-30:run7-step-001200:val"
@@ -80,11 +83,11 @@ def test_schedule_skips_an_empty_registry(offline_settings) -> None:
     schedule = build_nightly_schedule(offline_settings)
     registry = CheckpointRegistry(folder=str(offline_settings.checkpoint_registry))
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(
+        with dg.build_schedule_context(
             instance=instance, scheduled_execution_time=datetime(2026, 11, 30, 3, tzinfo=timezone.utc),
             resources={"checkpoint_registry": registry},
-        )
-        result = schedule(context)
+        ) as context:
+            result = schedule(context)
         assert isinstance(result, dg.SkipReason)
         assert "is empty" in (result.skip_message or "")
 
