@@ -321,6 +321,16 @@ def run_demo(settings: PipelineSettings, demo: DemoConfig, dagster_home: Path) -
         instance.dispose()
 
 
+def _resolved_later(headlines: list[dict[str, Any]], row: dict[str, Any], asset: str) -> bool:
+    """Whether a later row of the same checkpoint materialized *asset* with a status that is not a skip."""
+    later = headlines[headlines.index(row) + 1:]
+    return any(
+        other["checkpoint"] == row["checkpoint"]
+        and not str(other.get(asset, {}).get("status", "skipped")).startswith("skipped")
+        for other in later
+    )
+
+
 def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings, home: Path) -> None:
     print()
     for row in headlines:
@@ -333,11 +343,17 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
         reward, sem = summary.get("reward"), summary.get("reward_sem")
         print(f"  reward       {reward:.4f} ± {sem:.4f} (SEM)" if isinstance(reward, float) and isinstance(sem, float) else f"  reward       {reward}")
         print(f"  success      {summary.get('success_interval')}")
-        print(f"  steps/ep     {summary.get('steps_mean')}    protocol-error rate {summary.get('protocol_error_rate')}")
+        steps = summary.get("steps_mean")
+        steps_text = f"{steps:.2f}" if isinstance(steps, float) else str(steps)
+        print(f"  steps/ep     {steps_text}    protocol-error rate {summary.get('protocol_error_rate')}")
         print(f"  comparison   {comparison.get('status')}" + (f" vs {comparison.get('baseline')}" if comparison.get("status") == "compared" else ""))
         # Assets the location adds below the evaluation lineage (labels, skills, …): their status line.
+        # A skip that a later suite of the same checkpoint resolves (the gate waits for the val run)
+        # is not news, so it is left out of the earlier suite's block.
         for name, values in row.items():
             if isinstance(values, dict) and name not in _OWN_ASSETS and "status" in values:
+                if str(values["status"]).startswith("skipped") and _resolved_later(headlines, row, name):
+                    continue
                 print(f"  {name}: {values['status']}")
         print(f"  run dir      {rollout.get('run_dir')}")
         print(f"  chart        {summary.get('chart_path')}")
