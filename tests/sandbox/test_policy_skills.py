@@ -26,17 +26,10 @@ from shopsim_sandbox.policy import (
     tools_for_state,
 )
 
-INSTRUCTION = "想买一台智能热洗的白色洗地机，预算不超过2100元"
+# The page texts the plain policy tests use; this file varies prices and titles around them.
+from .test_policy import DETAIL_ACTIONS, HOME, INSTRUCTION, RESULTS
+
 PERSONA = {"用户ID": "u-1", "偏好": "喜欢大号"}
-HOME = "页面：搜索首页\n\n页面能力：\n- 支持商品搜索\n"
-RESULTS = (
-    "页面：搜索结果\n搜索词：智能热洗洗地机\n结果：第 1/1 页，共 2 项，当前显示排名 1-2\n\n商品列表：\n"
-    "1. 静音无线洗地机 家用\n   ASIN：100000000102\n   价格：1599.0\n   品牌：清风电器\n   类别：家电›清洁电器›洗地机\n"
-    "   关键属性：静音；无线\n"
-    "2. 智能热洗白色洗地机\n   ASIN：100000000101\n   价格：1999.0 to 2099.0\n   品牌：洁净旗舰店\n"
-    "   类别：家电›清洁电器›洗地机\n   关键属性：智能；热洗\n\n"
-    "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行\n\n可点击元素：\n- back to search\n- 100000000102\n- 100000000101\n"
-)
 
 
 RESULTS_PRICEY = RESULTS.replace("1999.0 to 2099.0", "2599.0")  # the better match is over budget
@@ -54,7 +47,6 @@ DETAIL_OK = _detail("智能热洗白色洗地机", "1999.0 to 2099.0")      # fi
 DETAIL_MISSING = _detail("静音无线洗地机", "1999.0", "静音；无线")  # lacks 智能热洗: patient play goes back
 DETAIL_PRICEY = _detail("智能热洗白色洗地机", "2599.0")           # over budget: careful play goes back
 PAGES = (HOME, RESULTS, RESULTS_PRICEY, DETAIL_OK, DETAIL_MISSING, DETAIL_PRICEY)
-DETAIL_ACTIONS = ["back to search", "< prev", "颜色分类=黑色", "颜色分类=白色", "尺码=标准版", "尺码=大号"]
 
 HINT_OPTIONS = "### 逐项选规格\n- Procedure:\n  1. 对每个规格轴逐一点击与要求最接近的值，不要保留默认值"
 HINT_BUDGET = "### 价格与预算\n- Procedure:\n  1. 选完规格后查看当前价格，价格超过预算时换规格"
