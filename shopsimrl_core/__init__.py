@@ -1,100 +1,139 @@
 """shopsimrl_core — the pure runtime library of shopsimrl (no Dagster in here).
 
 Everything an asset of the pipeline computes is a function of this package, callable from the CLI
-and from a notebook. Public names are re-exported here; modules named ``_x.py`` are private.
+and from a notebook. The layers are subpackages, lowest first:
 
-Names are resolved lazily so that ``import shopsimrl_core`` stays cheap (the CLI's ``plan`` must not
-pay for polars or httpx).
+- ``adapters``  — HTTP clients for the model endpoint and the ShopSimulator environment;
+- ``episode``   — prompts, skill injection, the episode state machine and its trace record;
+- ``runs``      — config, splits, the job plan, the run store and the evaluator;
+- ``analysis``  — summaries, statistics, comparisons, labels, the trace audit;
+- ``skills``    — candidate mining, the firewall, the gates and SkillBank building;
+- ``export``    — trace and SFT exports for training;
+- ``cli``       — the ``shopsimrl`` command.
+
+Cross-cutting pieces stay at the top: ``_errors`` (the exception tree), ``_versions`` (schema
+strings) and ``_hashing`` (canonical JSON, fingerprints, atomic writes). Every public name is
+re-exported here and resolved lazily, so ``import shopsimrl_core`` stays cheap.
 """
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version as _version
-from typing import Any
+
+from shopsimrl_core._lazy import lazy_face
 
 try:
     __version__ = _version("shopsimrl")
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+local"
 
-# public name -> private module that defines it
+# public name -> the module (layer subpackage or top-level private module) that provides it
 _EXPORTS: dict[str, str] = {
-    # hashing and versions
+    "ConfigError": "_errors",
+    "FingerprintMismatch": "_errors",
+    "InferenceError": "_errors",
+    "LeaseError": "_errors",
+    "ProtocolError": "_errors",
+    "RunLockedError": "_errors",
+    "ShopSimRLError": "_errors",
+    "ShopSimulatorError": "_errors",
+    "SkillError": "_errors",
+    "TestSplitGuardError": "_errors",
+    "TraceFormatError": "_errors",
     "canonical_json": "_hashing",
     "fingerprint": "_hashing",
+    "sha256_file": "_hashing",
     "write_json_atomic": "_hashing",
-    # errors
-    "ShopSimRLError": "_errors",
-    "ConfigError": "_errors",
-    "TestSplitGuardError": "_errors",
-    "FingerprintMismatch": "_errors",
-    "RunLockedError": "_errors",
-    "TraceFormatError": "_errors",
-    "ShopSimulatorError": "_errors",
-    "LeaseError": "_errors",
-    "InferenceError": "_errors",
-    "ProtocolError": "_errors",
-    "SkillError": "_errors",
-    # jobs
-    "EpisodeJob": "_jobs",
-    "plan_jobs": "_jobs",
-    "episode_seed": "_jobs",
-    "episode_id": "_jobs",
+    "KNOWN_ENVIRONMENT_VERSIONS": "_versions",
+    "KNOWN_OBSERVATION_VERSIONS": "_versions",
+    "TRACE_SCHEMA": "_versions",
+    "ChatModelClient": "adapters",
+    "ModelOutput": "adapters",
+    "ModelRequestError": "adapters",
+    "ShopSimulatorClient": "adapters",
+    "StreamsTransport": "adapters",
+    "select_transport": "adapters",
+    "EpisodeOutcome": "analysis",
+    "LabelTable": "analysis",
+    "TraceAudit": "analysis",
+    "audit_traces": "analysis",
+    "bootstrap_coefficients": "analysis",
+    "bootstrap_mean_ci": "analysis",
+    "build_summary": "analysis",
+    "compare_runs": "analysis",
+    "fit_no_intercept_ols": "analysis",
+    "goal_leaks": "analysis",
+    "iter_latest_records": "analysis",
+    "label_episode": "analysis",
+    "label_run": "analysis",
+    "paired_bootstrap_ci": "analysis",
+    "pass_at_k": "analysis",
+    "pass_hat_k": "analysis",
+    "read_labels": "analysis",
+    "summarize_run": "analysis",
+    "wilson_interval": "analysis",
+    "EpisodeSettings": "episode",
+    "JsonSkillBank": "episode",
+    "NoSkills": "episode",
+    "PromptSet": "episode",
+    "SkillProvider": "episode",
+    "is_complete": "episode",
+    "load_prompt": "episode",
+    "load_skill_provider": "episode",
+    "load_skillbank": "episode",
+    "run_episode": "episode",
+    "validate_trace": "episode",
+    "export_sft": "export",
+    "export_traces": "export",
+    "redact_record": "export",
+    "ConsoleProgress": "runs",
+    "EpisodeJob": "runs",
+    "EvalConfig": "runs",
+    "EvalPlan": "runs",
+    "ProgressEvent": "runs",
+    "RunResult": "runs",
+    "RunStore": "runs",
+    "SplitFile": "runs",
+    "TaskSplit": "runs",
+    "TestAccessLedger": "runs",
+    "TraceLine": "runs",
+    "arun_evaluation": "runs",
+    "build_plan": "runs",
+    "config_from_mapping": "runs",
+    "episode_id": "runs",
+    "episode_seed": "runs",
+    "iter_trace_lines": "runs",
+    "load_config": "runs",
+    "load_split_file": "runs",
+    "plan_jobs": "runs",
+    "probe_seed": "runs",
+    "run_evaluation": "runs",
+    "semantic_projection": "runs",
+    "AnalystCandidateProvider": "skills",
+    "AssignedSkillBank": "skills",
+    "CandidateProvider": "skills",
+    "CandidateSet": "skills",
+    "FailureGroup": "skills",
+    "FirewallContext": "skills",
+    "GateAConfig": "skills",
+    "GateAResult": "skills",
+    "OnlineGateConfig": "skills",
+    "RuleBasedMiner": "skills",
+    "SkillBankSnapshot": "skills",
+    "build_candidate_pool": "skills",
+    "build_draft": "skills",
+    "build_skillbank": "skills",
+    "check_text": "skills",
+    "context_from_traces": "skills",
+    "gate_config_problems": "skills",
+    "mine_candidates": "skills",
+    "plan_gate_a": "skills",
+    "require_train_only": "skills",
+    "run_gate_a": "skills",
+    "run_online_gate": "skills",
+    "snapshot_skillbank": "skills",
+    "write_draft": "skills",
 }
 
-
-def _register(module: str, *names: str) -> None:
-    for name in names:
-        _EXPORTS[name] = module
-
-
-# Filled in by each layer's module list (kept here so the public surface is visible in one place).
-_register("_config", "EvalConfig", "load_config")
-_register("_splits", "SplitFile", "TaskSplit", "load_split_file")
-_register("_plan", "EvalPlan", "build_plan")
-_register("_store", "RunStore")
-_register("_evaluator", "run_evaluation", "RunResult")
-_register("_summary", "summarize_run", "build_summary")
-_register("_model", "ChatModelClient", "ModelOutput")
-_register("_environment", "ShopSimulatorClient")
-_register("_prompts", "PromptSet", "load_prompt")
-_register("_skills", "SkillProvider", "NoSkills", "JsonSkillBank", "load_skill_provider", "load_skillbank")
-_register("_episode", "EpisodeSettings", "run_episode")
-_register("_model", "ModelRequestError")
-_register("_trace", "validate_trace", "is_complete")
-_register("_versions", "KNOWN_ENVIRONMENT_VERSIONS", "KNOWN_OBSERVATION_VERSIONS", "TRACE_SCHEMA")  # DAGSTER: health checks
-_register("_stats", "compare_runs", "wilson_interval", "bootstrap_mean_ci", "paired_bootstrap_ci", "pass_at_k", "pass_hat_k")  # CORE-RUN
-_register("_store", "TestAccessLedger")  # CORE-RUN
-_register("_evaluator", "arun_evaluation")  # CORE-RUN
-_register("_progress", "ProgressEvent", "ConsoleProgress")  # CORE-RUN
-_register("_plan", "semantic_projection")  # CORE-RUN
-_register("_config", "config_from_mapping")  # CORE-RUN
-_register("_transport", "StreamsTransport", "select_transport")  # TRANSPORT
-
-_register("_labels", "label_run", "label_episode", "read_labels", "LabelTable", "iter_latest_records")  # SKILLS
-_register("_firewall", "check_text", "FirewallContext", "context_from_traces")  # SKILLS
-_register("_candidates", "mine_candidates", "RuleBasedMiner", "CandidateProvider", "FailureGroup", "CandidateSet", "require_train_only")  # SKILLS
-_register("_skillbank_build", "build_draft", "write_draft", "build_skillbank", "snapshot_skillbank", "SkillBankSnapshot")  # SKILLS
-_register("_ols", "fit_no_intercept_ols", "bootstrap_coefficients")  # SKILLS
-_register("_gate", "GateAConfig", "GateAResult", "run_gate_a", "plan_gate_a", "AssignedSkillBank", "OnlineGateConfig", "run_online_gate", "build_candidate_pool", "gate_config_problems")  # SKILLS
-_register("_export", "export_traces", "export_sft", "redact_record")  # SKILLS
-_register("_analyst", "AnalystCandidateProvider")  # SKILLS
-_register("_audit", "audit_traces", "TraceAudit", "EpisodeOutcome", "goal_leaks")  # trace audit behind the pipeline's checks
-_register("_hashing", "sha256_file")
-_register("_store", "iter_trace_lines", "TraceLine")
-_register("_seed_probe", "probe_seed")  # SPEC-AUDIT: §22.10
-__all__ = sorted(_EXPORTS) + ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shopsimrl_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"shopsimrl_core.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, _names = lazy_face(__name__, _EXPORTS)
+__all__ = _names + ["__version__"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
+from shopsimrl_core._errors import ConfigError
 
 __all__ = ["canonical_json", "fingerprint", "sha256_file", "write_json_atomic", "write_text_atomic", "dumps_pretty",
            "parse_json_text", "read_json_file"]

@@ -11,7 +11,7 @@ from core_runkit import PERSONA_SPLITS, record, small_splits, write_config
 from shopsimrl_core import RunStore
 
 REPO = Path(__file__).resolve().parents[2]
-EXE = [sys.executable, "-m", "shopsimrl_core._cli"]
+EXE = [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -114,7 +114,7 @@ def test_unreachable_environment_is_a_refusal(tmp_path: Path) -> None:
 
 
 def test_retry_failed_verb_parses_as_only_failed_run() -> None:
-    from shopsimrl_core._cli import build_parser
+    from shopsimrl_core.cli._main import build_parser
 
     args = build_parser().parse_args(["retry-failed", "x.yaml"])
     assert args.only_failed is True and args.resume is True and args.handler.__name__ == "_cmd_run"

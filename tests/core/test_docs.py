@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 from shopsimrl_core import _errors
-from shopsimrl_core._config import _SECTIONS
+from shopsimrl_core.runs._config import _SECTIONS
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_MODULES = ["_config", "_splits", "_plan", "_store", "_evaluator", "_summary", "_progress", "_dotenv", "_cli", "_stats"]
 
 
 def test_every_config_key_is_documented() -> None:
@@ -24,6 +23,6 @@ def test_every_config_key_is_documented() -> None:
 def test_every_error_code_has_a_section() -> None:
     headings = set(re.findall(r"^## ([a-z0-9-]+)$", (REPO / "docs" / "errors.md").read_text(encoding="utf-8"), re.M))
     codes = {cls.code for cls in vars(_errors).values() if isinstance(cls, type) and issubclass(cls, _errors.ShopSimRLError)}
-    for module in RUN_MODULES:
-        codes |= set(re.findall(r'code="([a-z0-9-]+)"', (REPO / "shopsimrl_core" / f"{module}.py").read_text(encoding="utf-8")))
+    for module in sorted((REPO / "shopsimrl_core").rglob("*.py")):
+        codes |= set(re.findall(r'code="([a-z0-9-]+)"', module.read_text(encoding="utf-8")))
     assert codes - headings == set()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shopsimrl_core import LeaseError, ShopSimulatorClient, ShopSimulatorError
-from shopsimrl_core._environment import sanitize_payload
+from shopsimrl_core.adapters._environment import sanitize_payload
 from test_episode_fakes import LEASE, FakeShop
 
 

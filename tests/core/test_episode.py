@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from shopsimrl_core import EpisodeJob, EpisodeSettings, JsonSkillBank, NoSkills, load_prompt, run_episode
-from shopsimrl_core._environment import ShopSimulatorClient
-from shopsimrl_core._model import ChatModelClient
-from shopsimrl_core._trace import is_complete, validate_trace
+from shopsimrl_core.adapters._environment import ShopSimulatorClient
+from shopsimrl_core.adapters._model import ChatModelClient
+from shopsimrl_core.episode._trace import is_complete, validate_trace
 from test_episode_fakes import BUY_SCRIPT, FakeShop, ScriptedModel, reply, tool_call
 
 JOB = EpisodeJob(task_id=19, sample_id=0, seed=2694671387, split="val")

@@ -23,7 +23,7 @@ from shopsimrl_core import (
     plan_jobs,
     run_episode,
 )
-from shopsimrl_core._trace import is_complete, validate_trace
+from shopsimrl_core.episode._trace import is_complete, validate_trace
 
 PROMPT = load_prompt()
 

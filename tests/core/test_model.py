@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from shopsimrl_core._model import (
+from shopsimrl_core.adapters._model import (
     GENERATION_LENGTH_MESSAGE,
     ChatModelClient,
     ModelRequestError,
     backoff_delay,
     validate_completion,
 )
-from shopsimrl_core._sse import StreamAssembler, StreamFailure, synthesised_call_id
+from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure, synthesised_call_id
 
 SEARCH_TOOL = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]

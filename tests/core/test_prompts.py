@@ -9,7 +9,7 @@ import pytest
 
 from shopsimrl_core import ConfigError, load_prompt
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core._prompts import builtin_system_prompt, load_prompt_texts, repair_feedback_text
+from shopsimrl_core.episode._prompts import builtin_system_prompt, load_prompt_texts, repair_feedback_text
 from shopsimrl_core._versions import (
     ACTION_PROTOCOL,
     OWN_ACTION_PROTOCOL,

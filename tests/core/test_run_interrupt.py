@@ -16,7 +16,7 @@ import yaml
 
 from shopsim_sandbox.testing import SandboxServer
 
-EXE = [sys.executable, "-m", "shopsimrl_core._cli"]
+EXE = [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
 def test_sigint_stops_cleanly_and_resumes(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import yaml
 
 # The installed console script when present (what users type), else the module.
 _SCRIPT = Path(sys.executable).with_name("shopsimrl")
-EXE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shopsimrl_core._cli"]
+EXE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
 def _config(tmp_path: Path, sandbox: Any, **experiment: Any) -> Path:

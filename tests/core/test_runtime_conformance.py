@@ -20,10 +20,10 @@ import pytest
 
 from core_runkit import FakeEpisodes, record, small_splits, write_config
 from shopsimrl_core import build_plan, load_config, run_evaluation, summarize_run
-from shopsimrl_core._cli import main as cli_main
+from shopsimrl_core.cli._main import main as cli_main
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core._jobs import EpisodeJob, call_seed, episode_id, episode_seed, sample_task_ids
+from shopsimrl_core.runs._jobs import EpisodeJob, call_seed, episode_id, episode_seed, sample_task_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "skills"))
 from gatekit import make_bare_run  # noqa: E402
@@ -75,7 +75,7 @@ def _bare(tmp_path: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
 
 
 def _preflight(run: Path, plan: dict[str, Any], traces: list[dict[str, Any]]) -> Any:
-    from shopsimrl_core._gate import preflight_bare_run
+    from shopsimrl_core.skills._gate import preflight_bare_run
 
     write_traces(run / "traces.jsonl", traces)
     return preflight_bare_run(run, plan, send_seed=True)
@@ -155,7 +155,7 @@ def test_paired_validation_plan_mismatches_and_tolerances(tmp_path: Path) -> Non
     """§14.2 items 2–4 (Appendix A "Paired validation"): skills in the bare plan and checkpoint,
     sampling, prompt, environment and runtime mismatches are refused; concurrency, transport and
     source_path changes are tolerated; failed-then-completed traces are accepted."""
-    from shopsimrl_core._gate import preflight_bare_run
+    from shopsimrl_core.skills._gate import preflight_bare_run
 
     run, plan, traces = _bare(tmp_path)
     gate = copy.deepcopy(plan)
@@ -183,7 +183,7 @@ def test_paired_validation_plan_mismatches_and_tolerances(tmp_path: Path) -> Non
 def test_paired_validation_pairing_checks_mask_order(tmp_path: Path) -> None:
     """§14.4 (Appendix A "Paired validation", mask mismatch): treated chunk IDs must equal the frozen
     assignment, order included; a matching pair gives Δ = treated − bare."""
-    from shopsimrl_core._gate import build_assignments, pair_observations
+    from shopsimrl_core.skills._gate import build_assignments, pair_observations
 
     run, plan, traces = _bare(tmp_path)
     bare = {t["episode_id"]: t for t in traces}
@@ -309,7 +309,7 @@ def test_new_behaviour_plan_probe_seed_against_the_real_policy(
 def test_new_behaviour_sft_filter_defaults(tmp_path: Path) -> None:
     """§22.8 default filter: latest records only, completed, r_success == 1, non-guarded split (by
     name or by the run's test-access opt-in), no protocol-error or policy-failure steps."""
-    from shopsimrl_core._export import export_sft
+    from shopsimrl_core.export._records import export_sft
 
     ok = make_trace(3, split="val")
     later_failed = make_trace(4, split="val", status="failed")
@@ -431,7 +431,7 @@ def test_new_behaviour_wide_seed_preflight(tmp_path: Path, accepts_wide: bool) -
     import asyncio
 
     from shopsimrl_core._errors import ConfigError
-    from shopsimrl_core._seed_probe import check_seed_width, widest_call_seed
+    from shopsimrl_core.runs._seed_probe import check_seed_width, widest_call_seed
 
     seeds: list[int] = []
 

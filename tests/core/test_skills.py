@@ -9,7 +9,7 @@ import pytest
 
 from shopsimrl_core import ConfigError, JsonSkillBank, NoSkills, load_skill_provider, load_skillbank
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core._skills import SkillProvider, bank_sha256, content_sha256
+from shopsimrl_core.episode._skillbank import SkillProvider, bank_sha256, content_sha256
 
 BANK = {
     "schema_version": "shopsimrl-skillbank-v1",

@@ -8,7 +8,7 @@ import pytest
 
 from core_runkit import record
 from shopsimrl_core import ConfigError, RunStore, compare_runs
-from shopsimrl_core._stats import (
+from shopsimrl_core.analysis._stats import (
     bootstrap_mean_ci,
     metric_seed,
     paired_bootstrap_ci,

@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from shopsimrl_core._model import ChatModelClient, ModelRequestError
-from shopsimrl_core._transport import StreamsTransport, _Connection
+from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError
+from shopsimrl_core.adapters._transport import StreamsTransport, _Connection
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from shopsimrl_core import StreamsTransport, build_plan, select_transport
-from shopsimrl_core._config import config_from_mapping
-from shopsimrl_core._environment import ShopSimulatorClient
+from shopsimrl_core.runs._config import config_from_mapping
+from shopsimrl_core.adapters._environment import ShopSimulatorClient
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core._model import ChatModelClient
+from shopsimrl_core.adapters._model import ChatModelClient
 
 REPO = Path(__file__).resolve().parents[2]
 SPLIT = REPO / "configs" / "sandbox" / "persona_splits.sandbox.json"

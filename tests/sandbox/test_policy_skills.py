@@ -179,8 +179,8 @@ def test_draw_with_no_hint_is_the_plain_draw() -> None:
 
 def test_cues_read_the_rule_based_miners_chunks() -> None:
     """The chunks the project's rule-based miner writes for the failures these lapses cause are heard."""
-    from shopsimrl_core._candidates import FailureGroup, RuleBasedMiner, render_chunk
-    from shopsimrl_core._prompts import load_prompt
+    from shopsimrl_core.skills._candidates import FailureGroup, RuleBasedMiner, render_chunk
+    from shopsimrl_core.episode._prompts import load_prompt
 
     def heard(label: str) -> frozenset[str]:
         (chunk,) = RuleBasedMiner().propose(FailureGroup(label=label, support=2))

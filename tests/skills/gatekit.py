@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core._plan import build_plan
+from shopsimrl_core.runs._plan import build_plan
 from tracegen import make_trace, write_traces
 
 VAL = [19, 20, 30, 31, 47, 54, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73]
@@ -53,7 +53,7 @@ def base_reward(task_id: int) -> float:
 
 
 def make_bare_run(config_path: Path) -> Path:
-    from shopsimrl_core._config import load_config
+    from shopsimrl_core.runs._config import load_config
 
     plan = build_plan(load_config(config_path))
     run = plan.run_dir

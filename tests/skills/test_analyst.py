@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from shopsimrl_core._analyst import REPAIR_INSTRUCTION, AnalystCandidateProvider
-from shopsimrl_core._candidates import build_failure_groups, propose_candidates
+from shopsimrl_core.skills._analyst import REPAIR_INSTRUCTION, AnalystCandidateProvider
+from shopsimrl_core.skills._candidates import build_failure_groups, propose_candidates
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._firewall import context_from_traces
-from shopsimrl_core._labels import label_episode
+from shopsimrl_core.skills._firewall import context_from_traces
+from shopsimrl_core.analysis._labels import label_episode
 from tracegen import make_trace
 
 

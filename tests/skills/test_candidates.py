@@ -2,13 +2,13 @@ import json
 
 import pytest
 
-from shopsimrl_core._candidates import (
+from shopsimrl_core.skills._candidates import (
     RuleBasedMiner, build_failure_groups, chunk_id_for, mine_candidates, propose_candidates, render_chunk,
 )
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._firewall import context_from_traces
+from shopsimrl_core.skills._firewall import context_from_traces
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core._labels import label_episode, label_run
+from shopsimrl_core.analysis._labels import label_episode, label_run
 from tracegen import GOLD_ASIN, GOLD_TITLE, make_trace, write_traces
 
 
@@ -108,7 +108,7 @@ def test_firewall_rejections_are_kept_with_reason():
 def test_rule_miner_templates_pass_firewall_for_every_label():
     recs = _train_records()
     ctx = context_from_traces(recs)
-    from shopsimrl_core._candidates import _TEMPLATES, FailureGroup
+    from shopsimrl_core.skills._candidates import _TEMPLATES, FailureGroup
     groups = [FailureGroup(label=l, support=2) for l in list(_TEMPLATES) + ["protocol_error:x", "invalid_action:y"]]
     out = propose_candidates(groups, RuleBasedMiner(), ctx)
     assert all(c["status"] == "accepted" or c["reason"].startswith("duplicate_of") for c in out), out

@@ -1,6 +1,6 @@
 import json
 
-from shopsimrl_core._cli import main
+from shopsimrl_core.cli._main import main
 from tracegen import make_trace, write_traces
 
 

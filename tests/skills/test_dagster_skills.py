@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from shopsimrl_core._config import load_config
-from shopsimrl_core._evaluator import run_evaluation
+from shopsimrl_core.runs._config import load_config
+from shopsimrl_core.runs._evaluator import run_evaluation
 from shopsimrl_dagster.defs import assets as eval_assets
 from shopsimrl_dagster.defs import skills
 from shopsimrl_dagster.defs.resources import resources_from_settings

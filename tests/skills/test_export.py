@@ -3,7 +3,7 @@ import json
 import pytest
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core._export import export_sft, export_traces, redact_record
+from shopsimrl_core.export._records import export_sft, export_traces, redact_record
 from tracegen import make_trace, write_traces
 
 REASON = "SENTINEL-REASONING-7f3a"
@@ -96,10 +96,10 @@ def test_sft_export_filters_and_omits_goal(tmp_path):
 
 
 def test_exports_are_refused_as_skill_or_gate_input(tmp_path):
-    from shopsimrl_core._candidates import mine_candidates
+    from shopsimrl_core.skills._candidates import mine_candidates
     from shopsimrl_core._errors import SkillError
-    from shopsimrl_core._gate import read_validation_traces
-    from shopsimrl_core._labels import label_run
+    from shopsimrl_core.skills._gate import read_validation_traces
+    from shopsimrl_core.analysis._labels import label_run
     run = _run(tmp_path, [make_trace(t, outcome="wrong_option") for t in range(3)])
     fake = tmp_path / "fake_run"
     export_traces(run, fake / "public.jsonl", profile="public")

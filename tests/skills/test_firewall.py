@@ -1,4 +1,4 @@
-from shopsimrl_core._firewall import check_text, context_from_traces, redact_identifiers
+from shopsimrl_core.skills._firewall import check_text, context_from_traces, redact_identifiers
 from tracegen import BRAND, GOLD_ASIN, GOLD_OPTION, GOLD_TITLE, make_trace
 
 

@@ -3,13 +3,13 @@ import json
 import pytest
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._gate import (
+from shopsimrl_core.skills._gate import (
     AssignedSkillBank, GateAConfig, build_assignments, mask_draw, preflight_bare_run,
     read_validation_traces, run_gate_a, select_chunks,
 )
 from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core._jobs import EpisodeJob
-from shopsimrl_core._skillbank_build import build_draft, write_draft
+from shopsimrl_core.runs._jobs import EpisodeJob
+from shopsimrl_core.skills._bank import build_draft, write_draft
 from gatekit import EffectRunner, make_bare_run, write_config, write_split
 from tracegen import make_trace, write_traces
 
@@ -160,7 +160,7 @@ def test_assigned_provider_lookup_and_identity():
 
 
 def test_gate_plan_makes_no_rollout_and_matches_the_run(tmp_path):
-    from shopsimrl_core._gate import plan_gate_a
+    from shopsimrl_core.skills._gate import plan_gate_a
     bare_cfg, bare_run, draft_path = _setup(tmp_path)
     settings = GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
                            draft_path=draft_path, bootstrap_samples=0)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from shopsimrl_core._errors import TraceFormatError
-from shopsimrl_core._labels import label_episode, label_run, read_labels
+from shopsimrl_core.analysis._labels import label_episode, label_run, read_labels
 from tracegen import GOLD_ASIN, make_trace, write_traces
 
 
@@ -105,7 +105,7 @@ def test_read_labels_refuses_other_schema(tmp_path):
 
 def test_label_run_refuses_a_run_in_progress(tmp_path):
     from shopsimrl_core._errors import RunLockedError
-    from shopsimrl_core._store import RunStore
+    from shopsimrl_core.runs._store import RunStore
     run = tmp_path / "run"
     write_traces(run / "traces.jsonl", [make_trace(1)])
     # flock is per open file description: a second RunStore in this process conflicts like another process would.

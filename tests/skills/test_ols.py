@@ -4,7 +4,7 @@ import random
 import pytest
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols, metric_seed
+from shopsimrl_core.analysis._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols, metric_seed
 
 
 def _design(n, p, seed=1):

@@ -3,12 +3,12 @@ import json
 import pytest
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._gate import (
+from shopsimrl_core.skills._gate import (
     OnlineGateConfig, build_candidate_pool, build_online_assignments, mask_draw, online_slots, run_online_gate,
     select_online, validate_pool,
 )
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
-from shopsimrl_core._jobs import EpisodeJob
+from shopsimrl_core.runs._jobs import EpisodeJob
 from gatekit import EffectRunner, make_bare_run, write_config, write_split
 
 ACTIVE = {"schema_version": "shopsimrl-skillbank-v1", "bank_version": "b0", "skills": [

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import yaml
 
-from shopsimrl_core._candidates import mine_candidates
-from shopsimrl_core._config import load_config
-from shopsimrl_core._evaluator import run_evaluation
-from shopsimrl_core._export import export_sft, export_traces
-from shopsimrl_core._gate import GateAConfig, OnlineGateConfig, build_candidate_pool, run_gate_a, run_online_gate
+from shopsimrl_core.skills._candidates import mine_candidates
+from shopsimrl_core.runs._config import load_config
+from shopsimrl_core.runs._evaluator import run_evaluation
+from shopsimrl_core.export._records import export_sft, export_traces
+from shopsimrl_core.skills._gate import GateAConfig, OnlineGateConfig, build_candidate_pool, run_gate_a, run_online_gate
 from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core._skillbank_build import build_skillbank
-from shopsimrl_core._labels import label_run, read_labels
-from shopsimrl_core._skillbank_build import build_draft, snapshot_skillbank, write_draft
-from shopsimrl_core._skills import bank_sha256, load_skillbank
+from shopsimrl_core.skills._bank import build_skillbank
+from shopsimrl_core.analysis._labels import label_run, read_labels
+from shopsimrl_core.skills._bank import build_draft, snapshot_skillbank, write_draft
+from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank
 
 
 def _config(path: Path, sandbox, *, name: str, split: str, sample_size=None, repeats=1, skills=None, seed=20260830):
@@ -66,7 +66,7 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
     assert any(r["selected_skills"] for r in masked)
     manifest = json.loads((tmp_path / "runs" / "gate-a" / "manifest.json").read_text())
     assert manifest["plan"]["trace2skill_gate"]["assignment_sha256"] == contributions["assignment_sha256"]
-    from shopsimrl_core._gate import plan_gate_a
+    from shopsimrl_core.skills._gate import plan_gate_a
     described = plan_gate_a(GateAConfig(output_dir=tmp_path / "runs" / "gate-a", experiment_config=bare_cfg,
                                         bare_run_dir=bare.run_dir, draft_path=draft_path))
     assert described["semantic_plan_fingerprint"] == manifest["plan_fingerprint"]

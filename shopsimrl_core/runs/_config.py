@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
-from ._errors import ConfigError
+from shopsimrl_core._errors import ConfigError
 
 __all__ = [
     "EvalConfig",

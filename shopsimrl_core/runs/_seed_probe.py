@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from ._trace import utc_now
+from shopsimrl_core.episode._trace import utc_now
 
 __all__ = ["probe_seed", "check_seed_width", "widest_call_seed", "PROBE_INSTRUCTION"]
 
@@ -31,7 +31,7 @@ def _answer(output: Any) -> dict[str, Any]:
 
 
 def _client(plan: Any, transport: httpx.AsyncBaseTransport | None) -> Any:
-    from ._model import ChatModelClient
+    from shopsimrl_core.adapters._model import ChatModelClient
 
     return ChatModelClient.from_config(plan.config.model, transport=transport, send_seed=True, max_connections=1)
 
@@ -58,8 +58,8 @@ async def check_seed_width(plan: Any, *, transport: httpx.AsyncBaseTransport | N
     Raises:
         ConfigError: code ``seed-too-wide`` — the server refused the wide seed.
     """
-    from ._errors import ConfigError
-    from ._model import ModelRequestError
+    from shopsimrl_core._errors import ConfigError
+    from shopsimrl_core.adapters._model import ModelRequestError
 
     m = plan.config.model
     widest = widest_call_seed(plan)

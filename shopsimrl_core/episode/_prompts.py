@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
-from ._hashing import fingerprint, parse_json_text, read_json_file
-from ._versions import PROMPT_TEXTS_SCHEMA
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._hashing import fingerprint, parse_json_text, read_json_file
+from shopsimrl_core._versions import PROMPT_TEXTS_SCHEMA
 
 __all__ = [
     "PromptSet",

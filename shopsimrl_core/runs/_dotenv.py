@@ -10,7 +10,7 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from ._errors import ConfigError
+from shopsimrl_core._errors import ConfigError
 
 __all__ = ["parse_dotenv", "apply_dotenv"]
 

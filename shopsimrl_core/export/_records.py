@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
-from ._hashing import write_text_atomic
-from ._labels import iter_latest_records
-from ._trace import is_complete
-from ._versions import SFT_SCHEMA, TRACE_SCHEMA
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._hashing import write_text_atomic
+from shopsimrl_core.analysis._labels import iter_latest_records
+from shopsimrl_core.episode._trace import is_complete
+from shopsimrl_core._versions import SFT_SCHEMA, TRACE_SCHEMA
 
 __all__ = [
     "PROFILES",
@@ -178,7 +178,7 @@ def export_traces(
         redact_record({}, profile)  # raises the one-line error listing the profiles
     traces = Path(run_dir) / "traces.jsonl"
     if all_attempts:
-        from ._store import RunStore
+        from shopsimrl_core.runs._store import RunStore
 
         records: Iterable[dict[str, Any]] = RunStore(run_dir).iter_records()
     else:
@@ -316,7 +316,7 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_labels(args: argparse.Namespace) -> int:
-    from ._labels import label_run
+    from shopsimrl_core.analysis._labels import label_run
 
     table = label_run(args.run_dir, out_path=args.out)
     _print({"path": str(table.path), "episodes": table.episodes, "sha256": table.sha256,
@@ -325,14 +325,14 @@ def _cmd_labels(args: argparse.Namespace) -> int:
 
 
 def _cmd_candidates(args: argparse.Namespace) -> int:
-    from ._candidates import mine_candidates
-    from ._skillbank_build import build_draft, write_draft
+    from shopsimrl_core.skills._candidates import mine_candidates
+    from shopsimrl_core.skills._bank import build_draft, write_draft
 
     run = Path(args.train_run_dir)
     out_dir = Path(args.out_dir)
     provider = None
     if args.analyst_base_url:
-        from ._analyst import AnalystCandidateProvider
+        from shopsimrl_core.skills._analyst import AnalystCandidateProvider
 
         provider = AnalystCandidateProvider(base_url=args.analyst_base_url, model=args.analyst_model,
                                             api_key_env=args.analyst_api_key_env)
@@ -346,7 +346,7 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
 
 
 def _cmd_gate_a(args: argparse.Namespace) -> int:
-    from ._gate import GateAConfig, plan_gate_a, run_gate_a
+    from shopsimrl_core.skills._gate import GateAConfig, plan_gate_a, run_gate_a
 
     settings = GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
                            bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
@@ -362,9 +362,9 @@ def _cmd_gate_a(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool(args: argparse.Namespace) -> int:
-    from ._gate import build_candidate_pool
-    from ._hashing import write_json_atomic
-    from ._skills import load_skillbank
+    from shopsimrl_core.skills._gate import build_candidate_pool
+    from shopsimrl_core._hashing import write_json_atomic
+    from shopsimrl_core.episode._skillbank import load_skillbank
 
     candidates = json.loads(Path(args.candidates).read_text(encoding="utf-8"))
     pool = build_candidate_pool(load_skillbank(args.active_bank), candidates, round_id=args.round_id,
@@ -376,7 +376,7 @@ def _cmd_pool(args: argparse.Namespace) -> int:
 
 
 def _cmd_online_gate(args: argparse.Namespace) -> int:
-    from ._gate import OnlineGateConfig, run_online_gate
+    from shopsimrl_core.skills._gate import OnlineGateConfig, run_online_gate
 
     result = run_online_gate(OnlineGateConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
                                               bare_run_dir=Path(args.bare_run_dir), candidate_pool_path=Path(args.pool),
@@ -388,8 +388,8 @@ def _cmd_online_gate(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from ._skillbank_build import snapshot_skillbank
-    from ._skills import load_skillbank
+    from shopsimrl_core.skills._bank import snapshot_skillbank
+    from shopsimrl_core.episode._skillbank import load_skillbank
 
     snap = snapshot_skillbank(load_skillbank(args.bank), args.out_dir)
     _print({"path": str(snap.path), "bank_sha256": snap.bank_sha256, "skills": snap.skill_ids, "reused": snap.reused})

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import ShopSimRLError
+from shopsimrl_core._errors import ShopSimRLError
 
 __all__ = ["main", "build_parser"]
 
 # "module:function" entries that register extra sub-commands (see module docstring).
-_EXTENSIONS: list[str] = ["shopsimrl_core._export:register_export_cli"]
+_EXTENSIONS: list[str] = ["shopsimrl_core.export._records:register_export_cli"]
 
 
 def _print_json(value: Any) -> None:
@@ -33,8 +33,8 @@ def _print_json(value: Any) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from ._config import load_config
-    from ._plan import build_plan
+    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs._plan import build_plan
 
     config = load_config(args.config)
     plan = build_plan(config)
@@ -50,7 +50,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.probe_seed:
         import asyncio
 
-        from ._seed_probe import probe_seed
+        from shopsimrl_core.runs._seed_probe import probe_seed
 
         # The one network call `plan` makes, and only on request (§22.10); still writes nothing.
         probe = asyncio.run(probe_seed(plan))
@@ -62,9 +62,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._config import load_config
-    from ._evaluator import run_evaluation
-    from ._progress import ConsoleProgress
+    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs._evaluator import run_evaluation
+    from shopsimrl_core.runs._progress import ConsoleProgress
 
     config = load_config(args.config)
     display = None
@@ -106,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    from ._summary import summarize_run
+    from shopsimrl_core.analysis._summary import summarize_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -116,8 +116,8 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ._hashing import write_json_atomic
-    from ._stats import compare_runs
+    from shopsimrl_core._hashing import write_json_atomic
+    from shopsimrl_core.analysis._stats import compare_runs
 
     result = compare_runs(
         args.run_a,

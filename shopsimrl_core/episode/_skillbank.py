@@ -14,9 +14,9 @@ import copy
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ._errors import ConfigError
-from ._hashing import fingerprint, read_json_file
-from ._versions import SKILLBANK_SCHEMA
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._hashing import fingerprint, read_json_file
+from shopsimrl_core._versions import SKILLBANK_SCHEMA
 
 __all__ = [
     "SkillProvider",

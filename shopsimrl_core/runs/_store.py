@@ -28,10 +28,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
-from ._hashing import fingerprint, write_json_atomic
-from ._trace import is_complete, utc_now
-from ._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA
+from shopsimrl_core._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
+from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core.episode._trace import is_complete, utc_now
+from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA
 
 __all__ = [
     "RunStore",
@@ -318,7 +318,7 @@ class RunStore:
             FingerprintMismatch: the directory belongs to another semantic plan; the message names
                 what changed.
         """
-        from ._plan import FINGERPRINT_SCHEME, plan_differences
+        from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME, plan_differences
 
         if not self.has_content():
             return "new"
@@ -378,7 +378,7 @@ class RunStore:
 
     def write_manifest(self, plan: dict[str, Any], plan_fingerprint: str, execution: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write a new ``manifest.json`` atomically (``fingerprint_scheme: semantic-v2``)."""
-        from ._plan import FINGERPRINT_SCHEME
+        from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME
 
         manifest: dict[str, Any] = {
             "schema_version": MANIFEST_SCHEMA,

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._errors import SkillError
-from ._firewall import check_text
-from ._hashing import fingerprint, write_json_atomic
-from ._versions import INITIAL_DRAFT_SCHEMA, SKILLBANK_SCHEMA
+from shopsimrl_core._errors import SkillError
+from shopsimrl_core.skills._firewall import check_text
+from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core._versions import INITIAL_DRAFT_SCHEMA, SKILLBANK_SCHEMA
 
 __all__ = ["build_draft", "build_skillbank", "snapshot_skillbank", "SkillBankSnapshot", "write_draft"]
 
@@ -155,7 +155,7 @@ def snapshot_skillbank(bank: dict[str, Any], out_dir: str | Path) -> SkillBankSn
         SkillError (``snapshot-corrupt``): an existing file with this name holds other content.
         ConfigError: the bank breaks a §11.2 rule.
     """
-    from ._skills import bank_sha256, load_skillbank, validate_skillbank
+    from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank, validate_skillbank
 
     validate_skillbank(bank, "<snapshot>")
     digest = bank_sha256(bank)

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import TraceFormatError
-from ._hashing import canonical_json, sha256_file
-from ._store import iter_trace_lines
-from ._trace import is_complete
-from ._versions import EPISODE_LABELS_SCHEMA
+from shopsimrl_core._errors import TraceFormatError
+from shopsimrl_core._hashing import canonical_json, sha256_file
+from shopsimrl_core.runs._store import iter_trace_lines
+from shopsimrl_core.episode._trace import is_complete
+from shopsimrl_core._versions import EPISODE_LABELS_SCHEMA
 
 __all__ = [
     "OUTCOME_CLASSES",
@@ -436,7 +436,7 @@ def label_run(run_dir: str | os.PathLike[str], *, out_path: str | os.PathLike[st
         TraceFormatError: no traces file in the run directory.
         RunLockedError: another process (a running evaluation) holds the run directory.
     """
-    from ._store import RunStore
+    from shopsimrl_core.runs._store import RunStore
 
     run = Path(run_dir)
     traces = run / "traces.jsonl"

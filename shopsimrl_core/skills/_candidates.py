@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._errors import SkillError
-from ._firewall import FirewallContext, check_text, context_from_traces
-from ._hashing import fingerprint, sha256_file, write_json_atomic
-from ._labels import iter_latest_records, read_labels
-from ._versions import SKILL_CANDIDATES_SCHEMA
+from shopsimrl_core._errors import SkillError
+from shopsimrl_core.skills._firewall import FirewallContext, check_text, context_from_traces
+from shopsimrl_core._hashing import fingerprint, sha256_file, write_json_atomic
+from shopsimrl_core.analysis._labels import iter_latest_records, read_labels
+from shopsimrl_core._versions import SKILL_CANDIDATES_SCHEMA
 
 __all__ = [
     "FailureGroup",

@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 
-from ._candidates import FailureGroup, render_chunk, validate_chunk
-from ._errors import InferenceError, SkillError
-from ._firewall import FirewallContext, check_text, context_from_traces, redact_identifiers
-from ._hashing import fingerprint
+from shopsimrl_core.skills._candidates import FailureGroup, render_chunk, validate_chunk
+from shopsimrl_core._errors import InferenceError, SkillError
+from shopsimrl_core.skills._firewall import FirewallContext, check_text, context_from_traces, redact_identifiers
+from shopsimrl_core._hashing import fingerprint
 
 __all__ = ["AnalystCandidateProvider", "ANALYST_PROMPT_VERSION", "ANALYST_SYSTEM_PROMPT", "SUBMIT_TOOL",
            "REPAIR_INSTRUCTION", "compact_steps"]

@@ -26,9 +26,9 @@ from typing import Any
 
 import httpx
 
-from ._errors import LeaseError, ShopSimulatorError
-from ._transport import select_transport
-from ._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
+from shopsimrl_core._errors import LeaseError, ShopSimulatorError
+from shopsimrl_core.adapters._transport import select_transport
+from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
 
 __all__ = [
     "ShopSimulatorClient",

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._store import RunStore, is_complete, utc_now
-from ._versions import SUMMARY_SCHEMA
+from shopsimrl_core.runs._store import RunStore, is_complete, utc_now
+from shopsimrl_core._versions import SUMMARY_SCHEMA
 
 __all__ = ["build_summary", "summarize_run", "episode_row"]
 
@@ -208,7 +208,7 @@ def build_summary(
 
     primary: dict[str, Any] = {"reward_mean": reward_mean, "reward_sem": reward_sem, "success_rate": success_rate}
     if success.len() > 0 and success.is_in([0.0, 1.0]).all():
-        from ._stats import wilson_interval
+        from shopsimrl_core.analysis._stats import wilson_interval
 
         primary["success_ci"] = _ci_dict(
             wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95, n=success.len()
@@ -276,7 +276,7 @@ def build_summary(
 
 
 def _reward_ci(values: list[float], mean: float | None, sem: float | None) -> dict[str, Any] | None:
-    from ._stats import bootstrap_mean_ci
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci
 
     if len(values) <= _BOOTSTRAP_MAX_N:
         return bootstrap_mean_ci(values, metric="reward", seed=_BOOTSTRAP_SEED, samples=_BOOTSTRAP_SAMPLES)
@@ -288,7 +288,7 @@ def _reward_ci(values: list[float], mean: float | None, sem: float | None) -> di
 def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
     import polars as pl
 
-    from ._stats import pass_at_k, pass_hat_k
+    from shopsimrl_core.analysis._stats import pass_at_k, pass_hat_k
 
     usable = done.filter(pl.col("r_success").is_not_null() & pl.col("task_id").is_not_null())
     if usable.height == 0:
@@ -341,7 +341,7 @@ def summarize_run(
         RunLockedError: *write* and another process holds the run directory.
         TraceFormatError: the manifest is unreadable or of an unknown schema.
     """
-    from ._jobs import EpisodeJob
+    from shopsimrl_core.runs._jobs import EpisodeJob
 
     store = store if store is not None else RunStore(run_dir)
     own_lock = write and not store.locked
@@ -365,7 +365,7 @@ def summarize_run(
             created_at=created_at,
         )
         if write:
-            from ._hashing import write_json_atomic
+            from shopsimrl_core._hashing import write_json_atomic
 
             write_json_atomic(store.summary_path, summary)
         return summary

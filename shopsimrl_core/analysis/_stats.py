@@ -209,13 +209,13 @@ def _task_metrics(record: dict[str, Any]) -> dict[str, float]:
 
 
 def _load_side(run_dir: Path) -> tuple[dict[str, Any] | None, dict[tuple[str, int], list[dict[str, float]]], int]:
-    from ._store import RunStore, is_complete
+    from shopsimrl_core.runs._store import RunStore, is_complete
 
     store = RunStore(run_dir)
     manifest = store.read_manifest()
     planned = None
     if manifest is not None and isinstance(manifest["plan"].get("jobs"), list):
-        from ._jobs import EpisodeJob
+        from shopsimrl_core.runs._jobs import EpisodeJob
 
         planned = {EpisodeJob.from_dict(job).episode_id for job in manifest["plan"]["jobs"]}
     per_task: dict[tuple[str, int], list[dict[str, float]]] = {}
@@ -256,8 +256,8 @@ def compare_runs(
         ConfigError: with *strict*, the two plans differ in split, jobs, environment, runtime,
             prompt or skills (the message lists the differing fields).
     """
-    from ._errors import ConfigError
-    from ._plan import plan_differences
+    from shopsimrl_core._errors import ConfigError
+    from shopsimrl_core.runs._plan import plan_differences
 
     dir_a, dir_b = Path(run_dir_a).resolve(), Path(run_dir_b).resolve()
     manifest_a, tasks_a, incomplete_a = _load_side(dir_a)
@@ -337,7 +337,7 @@ def compare_runs(
         model = plan.get("model") or {}
         return {"model_id": plan.get("model_id"), "checkpoint_id": model.get("checkpoint_id"), "plan_fingerprint": manifest.get("plan_fingerprint")}
 
-    from ._store import utc_now
+    from shopsimrl_core.runs._store import utc_now
 
     return {
         "schema_version": CHECKPOINT_COMPARISON_SCHEMA,

@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
-from ._errors import InferenceError
-from ._sse import StreamAssembler, StreamFailure
-from ._transport import select_transport
-from ._versions import MODEL_PROVIDER
+from shopsimrl_core._errors import InferenceError
+from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
+from shopsimrl_core.adapters._transport import select_transport
+from shopsimrl_core._versions import MODEL_PROVIDER
 
 __all__ = [
     "ChatModelClient",

@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._environment import ShopSimulatorClient, sanitize_payload
-from ._jobs import EpisodeJob, call_seed
-from ._model import ModelOutput
-from ._prompts import PromptSet, repair_feedback_text
-from ._skills import SkillProvider
-from ._trace import error_block, new_trace, utc_now
+from shopsimrl_core.adapters._environment import ShopSimulatorClient, sanitize_payload
+from shopsimrl_core.runs._jobs import EpisodeJob, call_seed
+from shopsimrl_core.adapters._model import ModelOutput
+from shopsimrl_core.episode._prompts import PromptSet, repair_feedback_text
+from shopsimrl_core.episode._skillbank import SkillProvider
+from shopsimrl_core.episode._trace import error_block, new_trace, utc_now
 
 __all__ = ["EpisodeSettings", "run_episode", "canonical_action", "EpisodeError"]
 

@@ -21,15 +21,15 @@ from typing import Any
 
 import httpx
 
-from ._config import EvalConfig
-from ._dotenv import apply_dotenv
-from ._errors import ConfigError, TestSplitGuardError
-from ._jobs import EpisodeJob
-from ._plan import EvalPlan, build_plan
-from ._progress import ProgressEvent, ProgressTracker
-from ._store import RunStore, TestAccessLedger
-from ._trace import evaluator_boundary_record, is_complete, utc_now
-from ._summary import summarize_run
+from shopsimrl_core.runs._config import EvalConfig
+from shopsimrl_core.runs._dotenv import apply_dotenv
+from shopsimrl_core._errors import ConfigError, TestSplitGuardError
+from shopsimrl_core.runs._jobs import EpisodeJob
+from shopsimrl_core.runs._plan import EvalPlan, build_plan
+from shopsimrl_core.runs._progress import ProgressEvent, ProgressTracker
+from shopsimrl_core.runs._store import RunStore, TestAccessLedger
+from shopsimrl_core.episode._trace import evaluator_boundary_record, is_complete, utc_now
+from shopsimrl_core.analysis._summary import summarize_run
 
 __all__ = ["RunResult", "run_evaluation", "arun_evaluation", "EpisodeFunction", "check_test_access", "boundary_record"]
 
@@ -113,7 +113,7 @@ def _check_api_key(config: EvalConfig) -> None:
 
 
 def _make_settings(plan: EvalPlan) -> Any:
-    from ._episode import EpisodeSettings
+    from shopsimrl_core.episode._runtime import EpisodeSettings
 
     return EpisodeSettings(
         max_steps=plan.config.runtime.max_steps,
@@ -178,7 +178,7 @@ async def arun_evaluation(
     plan = build_plan(config)
     if skill_provider is not None or plan_blocks:
         # Gates (SKILLS, spec §16) inject per-episode assignments and add their block to the plan.
-        from ._hashing import fingerprint as _fingerprint
+        from shopsimrl_core._hashing import fingerprint as _fingerprint
 
         if skill_provider is not None:
             plan.skills = skill_provider
@@ -211,11 +211,11 @@ async def arun_evaluation(
             if (episode_fn is None) if preflight is None else preflight:
                 await _preflight_environment(plan, env_transport)
             if episode_fn is None:
-                from ._seed_probe import check_seed_width
+                from shopsimrl_core.runs._seed_probe import check_seed_width
 
                 await check_seed_width(plan, transport=model_transport)
             if probe_seed:
-                from ._seed_probe import probe_seed as _probe_seed
+                from shopsimrl_core.runs._seed_probe import probe_seed as _probe_seed
 
                 probe = await _probe_seed(plan, transport=model_transport)
                 plan.execution = {**plan.execution, "seed_honoured": probe["seed_honoured"], "seed_probe": probe}
@@ -325,8 +325,8 @@ async def arun_evaluation(
 
 
 async def _preflight_environment(plan: EvalPlan, transport: httpx.AsyncBaseTransport | None) -> None:
-    from ._environment import ShopSimulatorClient
-    from ._errors import ShopSimulatorError
+    from shopsimrl_core.adapters._environment import ShopSimulatorClient
+    from shopsimrl_core._errors import ShopSimulatorError
 
     config = plan.config
     async with ShopSimulatorClient(
@@ -366,12 +366,12 @@ async def _execute(
     env_transport: httpx.AsyncBaseTransport | None,
     only_failed: bool = False,
 ) -> None:
-    from ._environment import ShopSimulatorClient
-    from ._model import ChatModelClient
+    from shopsimrl_core.adapters._environment import ShopSimulatorClient
+    from shopsimrl_core.adapters._model import ChatModelClient
 
     config = plan.config
     if episode_fn is None:
-        from ._episode import run_episode
+        from shopsimrl_core.episode._runtime import run_episode
 
         episode_fn = run_episode
     settings = _make_settings(plan)

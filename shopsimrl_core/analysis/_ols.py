@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._errors import SkillError
+from shopsimrl_core._errors import SkillError
 
 __all__ = [
     "ZERO_TOLERANCE",

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._errors import TraceFormatError
-from ._store import iter_trace_lines
-from ._trace import is_complete, validate_trace
+from shopsimrl_core._errors import TraceFormatError
+from shopsimrl_core.runs._store import iter_trace_lines
+from shopsimrl_core.episode._trace import is_complete, validate_trace
 
 __all__ = ["EpisodeOutcome", "TraceAudit", "audit_traces", "goal_leaks"]
 

@@ -11,8 +11,8 @@ import traceback as _traceback
 from datetime import datetime, timezone
 from typing import Any
 
-from ._errors import TraceFormatError
-from ._versions import TRACE_SCHEMA
+from shopsimrl_core._errors import TraceFormatError
+from shopsimrl_core._versions import TRACE_SCHEMA
 
 __all__ = [
     "TOP_LEVEL_KEYS",

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
-from ._hashing import fingerprint
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._hashing import fingerprint
 
 __all__ = ["TaskSplit", "SplitFile", "load_split_file", "is_guarded"]
 

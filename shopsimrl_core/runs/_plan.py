@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._config import EvalConfig
-from ._errors import ConfigError
-from ._hashing import fingerprint
-from ._jobs import EpisodeJob, plan_jobs
-from ._splits import TaskSplit, load_split_file
-from ._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
+from shopsimrl_core.runs._config import EvalConfig
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core.runs._jobs import EpisodeJob, plan_jobs
+from shopsimrl_core.runs._splits import TaskSplit, load_split_file
+from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
 
 __all__ = [
     "EvalPlan",
@@ -182,8 +182,8 @@ def build_plan(config: EvalConfig) -> EvalPlan:
         ConfigError: unknown split (available ones listed), bad split file, persona conflict,
             ``sample_size`` larger than the split, unreadable prompt or SkillBank.
     """
-    from ._prompts import load_prompt
-    from ._skills import load_skill_provider
+    from shopsimrl_core.episode._prompts import load_prompt
+    from shopsimrl_core.episode._skillbank import load_skill_provider
 
     split = load_split_file(config.split_file_path).get(config.tasks.split)
     persona = _resolve_persona(config, split)

@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ._errors import SkillError
-from ._hashing import fingerprint, write_json_atomic
-from ._trace import is_complete
-from ._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols
-from ._versions import (
+from shopsimrl_core._errors import SkillError
+from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core.episode._trace import is_complete
+from shopsimrl_core.analysis._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols
+from shopsimrl_core._versions import (
     CHUNK_CONTRIBUTIONS_SCHEMA,
     GATE_A_MANIFEST_SCHEMA,
     INITIAL_DRAFT_SCHEMA,
@@ -140,7 +140,7 @@ class AssignedSkillBank(_AssignedSkills):
     """
 
     def __init__(self, bank: dict[str, Any], assignments: dict[str, Any]) -> None:
-        from ._skills import JsonSkillBank
+        from shopsimrl_core.episode._skillbank import JsonSkillBank
 
         self._bank = JsonSkillBank(bank)
         self._lookup: dict[tuple[str, int, int], list[str]] = {}
@@ -299,7 +299,7 @@ def preflight_bare_run(bare_run_dir: str | Path, gate_plan: dict[str, Any], *, s
     outcome_keys = set()
     for eid, record in sorted(traces.items()):
         job = record.get("job") or {}
-        from ._jobs import episode_id as _eid
+        from shopsimrl_core.runs._jobs import episode_id as _eid
 
         if eid != _eid(job.get("task_id"), job.get("sample_id")):
             raise _gate_error(f"{eid}: episode_id does not match its job", code="gate-preflight")
@@ -553,9 +553,9 @@ def _require_gate_config(config: Any, source: Any) -> None:
 
 def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     # Everything before the first rollout: config, draft, preflight, assignments, design check.
-    from ._config import load_config
-    from ._plan import build_plan
-    from ._skills import load_skillbank
+    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs._plan import build_plan
+    from shopsimrl_core.episode._skillbank import load_skillbank
 
     out = Path(settings.output_dir)
     if settings.mask_probability != MASK_PROBABILITY:
@@ -605,7 +605,7 @@ def plan_gate_a(settings: GateAConfig) -> dict[str, Any]:
     Raises:
         SkillError: as :func:`run_gate_a` before its first rollout.
     """
-    from ._hashing import fingerprint as _fp
+    from shopsimrl_core._hashing import fingerprint as _fp
 
     p = _prepare_gate_a(settings)
     semantic = {**p.plan.semantic, "skills": AssignedSkillBank(p.bank, p.assignments).identity, **_gate_a_block(p, settings)}
@@ -643,7 +643,7 @@ def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwa
     semantic_baseline = {k: v for k, v in baseline.digest.items() if k != "run_dir"}
     block = _gate_a_block(p, settings)
     if runner is None:
-        from ._evaluator import run_evaluation as runner  # type: ignore[no-redef]
+        from shopsimrl_core.runs._evaluator import run_evaluation as runner  # type: ignore[no-redef]
     result = runner(config, skill_provider=provider, plan_blocks=block, **run_kwargs)
     counts = result.summary.get("counts", {}) if hasattr(result, "summary") else {}
     gate_manifest: dict[str, Any] = {
@@ -701,7 +701,7 @@ def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwa
     write_json_atomic(out / "contributions.json", contrib_doc)
     _write_contributions_csv(out / "contributions.csv", contributions, aux)
 
-    from ._skillbank_build import build_skillbank
+    from shopsimrl_core.skills._bank import build_skillbank
 
     bank_by_id = {s["skill_id"]: s for s in bank["skills"]}
     selected_records = []
@@ -784,7 +784,7 @@ def build_candidate_pool(
     (``metadata.source_label``) and ``ADD`` otherwise; candidates whose content is already active
     are skipped. At most *max_candidates*, in candidates-document order; ids ``cand-001`` ….
     """
-    from ._versions import CANDIDATE_POOL_SCHEMA
+    from shopsimrl_core._versions import CANDIDATE_POOL_SCHEMA
 
     current = [s for s in active_bank.get("skills", []) if s.get("enabled") is not False]
     current_skills = [{"skill_id": s["skill_id"], "version": str(s.get("version", "1")), "content": s["content"],
@@ -864,7 +864,7 @@ def online_slots(pool: dict[str, Any]) -> list[dict[str, Any]]:
 def build_online_assignments(jobs: Sequence[Any], pool: dict[str, Any], *, mask_seed: int) -> dict[str, Any]:
     """The ``shopsimrl-online-skill-assignments-v1`` document: one uniform state per slot and episode
     (absent or exactly one version), drawn as ``u64_be(SHA-256(...:{slot_id})[0:8]) mod (versions + 1)``."""
-    from ._versions import ONLINE_ASSIGNMENTS_SCHEMA
+    from shopsimrl_core._versions import ONLINE_ASSIGNMENTS_SCHEMA
 
     slots = online_slots(pool)
     columns = [v for slot in slots for v in slot["versions"]]
@@ -909,7 +909,7 @@ class OnlineAssignedSkills(_AssignedSkills):
 
     def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
         """The chosen versions of this episode (spec §11.1 records, ``selection_scope: global``)."""
-        from ._skills import skill_record
+        from shopsimrl_core.episode._skillbank import skill_record
 
         _, chosen = self._assigned(context)
         return [skill_record(self._records[i], "global") for i in chosen]
@@ -990,9 +990,9 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
     Raises:
         SkillError: pool, config, preflight, design or pairing problems (spec messages).
     """
-    from ._config import load_config
-    from ._plan import build_plan
-    from ._versions import ONLINE_CONTRIBUTIONS_SCHEMA, ONLINE_GATE_MANIFEST_SCHEMA
+    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs._plan import build_plan
+    from shopsimrl_core._versions import ONLINE_CONTRIBUTIONS_SCHEMA, ONLINE_GATE_MANIFEST_SCHEMA
 
     out = Path(settings.output_dir)
     config = load_config(settings.experiment_config)
@@ -1026,7 +1026,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
                                         "active_skill_budget": settings.active_skill_budget,
                                         "rewrite_treatment": "mutually_exclusive_absent_old_new"}}
     if runner is None:
-        from ._evaluator import run_evaluation as runner  # type: ignore[no-redef]
+        from shopsimrl_core.runs._evaluator import run_evaluation as runner  # type: ignore[no-redef]
     result = runner(config, skill_provider=OnlineAssignedSkills(pool, assignments), plan_blocks=block, **run_kwargs)
     counts = result.summary.get("counts", {})
     manifest: dict[str, Any] = {
@@ -1084,7 +1084,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
     }
     write_json_atomic(out / "contributions.json", contrib_doc)
 
-    from ._skillbank_build import build_skillbank
+    from shopsimrl_core.skills._bank import build_skillbank
 
     records = []
     for v in choice["selected"]:

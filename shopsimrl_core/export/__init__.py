@@ -1,0 +1,14 @@
+"""Exports of traces for training: redacted trace records and SFT records.
+"""
+
+from __future__ import annotations
+
+from shopsimrl_core._lazy import lazy_face
+
+_EXPORTS: dict[str, str] = {
+    "export_sft": "_records",
+    "export_traces": "_records",
+    "redact_record": "_records",
+}
+
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

@@ -1,0 +1,35 @@
+"""Runs: evaluation config, frozen splits, the job plan, the run directory (``RunStore``), the
+evaluator that drives many episodes at once, progress reporting and the test-split ledger.
+"""
+
+from __future__ import annotations
+
+from shopsimrl_core._lazy import lazy_face
+
+_EXPORTS: dict[str, str] = {
+    "EvalConfig": "_config",
+    "config_from_mapping": "_config",
+    "load_config": "_config",
+    "RunResult": "_evaluator",
+    "arun_evaluation": "_evaluator",
+    "run_evaluation": "_evaluator",
+    "EpisodeJob": "_jobs",
+    "episode_id": "_jobs",
+    "episode_seed": "_jobs",
+    "plan_jobs": "_jobs",
+    "EvalPlan": "_plan",
+    "build_plan": "_plan",
+    "semantic_projection": "_plan",
+    "ConsoleProgress": "_progress",
+    "ProgressEvent": "_progress",
+    "probe_seed": "_seed_probe",
+    "SplitFile": "_splits",
+    "TaskSplit": "_splits",
+    "load_split_file": "_splits",
+    "RunStore": "_store",
+    "TestAccessLedger": "_store",
+    "TraceLine": "_store",
+    "iter_trace_lines": "_store",
+}
+
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
