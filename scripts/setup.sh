@@ -34,3 +34,15 @@ if [[ $want_ui == 1 && ( ! -x /usr/bin/chromium || ! -d /usr/share/fonts/truetyp
     echo "setup: /usr/bin/chromium missing and apt-get unavailable; UI tests will be skipped"
   fi
 fi
+
+# The scale tests (tests/scale) start a throwaway PostgreSQL cluster and a Redis broker of their own;
+# they need Debian's server binaries (nothing is started or enabled here).
+if [[ $want_ui == 1 ]] && ! { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v redis-server >/dev/null; }; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "setup: installing Debian postgresql and redis-server for the scale tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null) \
+      || echo "setup: could not install postgresql/redis-server; scale tests will be skipped"
+  else
+    echo "setup: postgresql/redis-server missing and apt-get unavailable; scale tests will be skipped"
+  fi
+fi

@@ -1,4 +1,4 @@
-"""Action extraction and parsing (spec §9.1–§9.2).
+"""Action extraction and parsing (http-contract §9.1–§9.2).
 
 `extract_action` turns an agent's raw `response` text into the action string; `parse_action` checks
 its grammar and returns either a parsed `(name, arg)` or a parse failure with its reason code and
@@ -33,7 +33,9 @@ def _action_line_values(text: str) -> list[str]:
         head = _ACTION_HEAD.search(text, pos)
         if head is None:
             return values
-        start = _WS.match(text, head.end()).end()
+        blank = _WS.match(text, head.end())
+        assert blank is not None  # \s* matches the empty string, so it matches at every position
+        start = blank.end()
         if start < len(text):
             end = text.find("\n", start)
             end = len(text) if end < 0 else end

@@ -1,6 +1,6 @@
-"""The ASGI environment server: `POST /api/shop_agent` and `GET /healthz` (spec §4–§6).
+r"""The ASGI environment server: `POST /api/shop_agent` and `GET /healthz` (http-contract §4–§6).
 
-Responses are compact JSON with sorted keys and `\\uXXXX` escapes, like the real server's framework.
+Responses are compact JSON with sorted keys and `\uXXXX` escapes, like the real server's framework.
 Every status code and error string follows the contract's error catalogue (§5.6).
 """
 
@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import Any
+from typing import Any, TypeGuard
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -24,12 +24,37 @@ from shopsim_sandbox.faults import FaultConfig, FaultInjector
 from shopsim_sandbox.search import SearchIndex
 from shopsim_sandbox.slots import SlotPool
 from shopsim_sandbox.versions import (
-    DEBUG_UI_PATH, ENVIRONMENT_VERSION, MAX_ACTIONS, OBSERVATION_VERSION, PRIMARY_REWARD, REPLAY_UI_PATH,
+    DEBUG_UI_PATH,
+    ENVIRONMENT_VERSION,
+    MAX_ACTIONS,
+    OBSERVATION_VERSION,
+    PRIMARY_REWARD,
+    REPLAY_UI_PATH,
 )
 
 _ACTIONS = ("reset", "interact", "terminate", "release_one", "release_all")
 _TERMINATION_REASONS = ("action_limit", "generation_length")
 _MODES_TEXT = "['multi_turn', 'single_turn']"
+
+
+class _ClientGone(Exception):
+    """The client of a waiting reset disconnected: the reset is dropped."""
+
+
+async def _disconnected(request: Request) -> None:
+    # After the body is read, the ASGI receive channel yields only `http.disconnect`.
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+async def _gone(request: Request) -> bool:
+    # Let the loop read pending socket events first: with uvloop a timer (the latency sleep) fires
+    # before the poll that would deliver a dead client's FIN, so a check right away misses it.
+    for _ in range(2):
+        await asyncio.sleep(0)
+    return await request.is_disconnected()
 
 
 class _Reply(Exception):
@@ -50,7 +75,7 @@ def _result(status: int = 200, **result: Any) -> Response:
     return _json_response({"result": result}, status)
 
 
-def _is_json_int(value: Any) -> bool:
+def _is_json_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -63,19 +88,49 @@ class ShopEnvironment:
     """Server state: catalog, search index, slot pool and fault injector."""
 
     def __init__(self, catalog: Catalog, *, slots: int, latency_ms: float = 0.0, faults: FaultConfig | None = None,
-                 index: SearchIndex | None = None):
+                 index: SearchIndex | None = None, lease_ttl_s: float | None = None):
         self.catalog = catalog
         self.index = index or SearchIndex(catalog.records, set(catalog.products))
-        self.pool = SlotPool(slots)
+        self.pool = SlotPool(slots, lease_ttl_s=lease_ttl_s)
+        self.dropped_resets = 0
         self.latency_ms = float(latency_ms)
         self.faults = FaultInjector(faults)
 
     # ----- operations --------------------------------------------------------------------------
 
-    async def reset(self, body: dict) -> Response:
+    async def _acquire_for(self, request: Request | None) -> tuple[int, str]:
+        """Acquire a slot; a reset whose client disconnects while it waits is dropped (no ghost lease)."""
+        if request is None or self.pool.free_count > 0:
+            return await self.pool.acquire()  # no wait: nothing to watch
+        acquiring = asyncio.ensure_future(self.pool.acquire())
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({acquiring, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            acquiring.cancel()  # the server is shutting down: the waiting acquirer must not take a slot later
+            raise
+        finally:
+            gone.cancel()
+        if not acquiring.done():
+            acquiring.cancel()
+        try:
+            env_idx, lease = await acquiring
+        except asyncio.CancelledError:
+            if not gone.cancelled() and gone.done():
+                self.dropped_resets += 1
+                raise _ClientGone() from None
+            raise
+        if gone.done() and not gone.cancelled():
+            await self.pool.release(env_idx)  # granted in the same instant the client left
+            self.dropped_resets += 1
+            raise _ClientGone()
+        return env_idx, lease
+
+    async def reset(self, body: dict, request: Request | None = None) -> Response:
+        """``reset``: lease a free slot (the server assigns it) and start the task's episode."""
         if body.get("env_idx") is not None:
             raise _Reply(400, "reset must not include env_idx; the server assigns a slot")
-        env_idx, lease = await self.pool.acquire()
+        env_idx, lease = await self._acquire_for(request)
         try:
             payload = self._start(body, env_idx, lease)
         except _Reply:
@@ -84,6 +139,12 @@ class ShopEnvironment:
         except Exception:
             await self.pool.release(env_idx)
             raise
+        if request is not None and await _gone(request):
+            # The client died while this reset was being served (e.g. SIGKILL during the latency):
+            # nobody can learn this lease, so do not keep it.
+            await self.pool.release(env_idx)
+            self.dropped_resets += 1
+            raise _ClientGone()
         return _result(**payload)
 
     def _start(self, body: dict, env_idx: int, lease: str) -> dict:
@@ -130,9 +191,11 @@ class ShopEnvironment:
             raise _Reply(400, f"{op} requires a valid env_idx and lease_id")
         if not self.pool.holds(env_idx, lease):
             raise _Reply(409, f"stale or invalid lease for environment {env_idx}")
+        self.pool.touch(env_idx)
         return env_idx, lease, self.pool.episodes[env_idx]
 
     async def interact(self, body: dict) -> Response:
+        """``interact``: apply the model's action to the leased slot's episode."""
         env_idx, lease, episode = self._leased_episode(body, "interact")
         response = body.get("response")
         if response is None:
@@ -147,6 +210,7 @@ class ShopEnvironment:
         return _result(**result)
 
     async def terminate(self, body: dict) -> Response:
+        """``terminate``: end the leased slot's episode with a valid termination reason."""
         env_idx, lease, episode = self._leased_episode(body, "terminate")
         reason = body["termination_reason"] if "termination_reason" in body else "action_limit"
         if not (isinstance(reason, str) and reason in _TERMINATION_REASONS):
@@ -159,17 +223,24 @@ class ShopEnvironment:
         return _result(**result)
 
     async def release_one(self, body: dict) -> Response:
+        """``release_one``: free the slot of a valid lease."""
         env_idx, _lease, _episode = self._leased_episode(body, "release_one")
         await self.pool.release(env_idx)
         return _result(message=f"Environment {env_idx} has been released")
 
     async def release_all(self, body: dict) -> Response:
+        """``release_all``: free every slot."""
         await self.pool.release_all()
         return _result(message="All environments have been initialized")
 
     # ----- HTTP ----------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> Response:
+        """The ``/api/shop_agent`` route: faults and latency first, then one JSON action dispatched.
+
+        A bad action or lease is answered as the contract says (never an exception), a client that
+        went away during a reset gets a 499 nobody reads.
+        """
         raw = await request.body()
         decision = self.faults.decide("shop_agent:" + hashlib.sha256(raw).hexdigest())
         delay = self.latency_ms + decision.delay_ms
@@ -192,13 +263,19 @@ class ShopEnvironment:
         try:
             if not (isinstance(action, str) and action in _ACTIONS):
                 raise _Reply(400, f"unsupported action: {action!r}")
+            if action == "reset":
+                return await self.reset(body, request)
             return await getattr(self, action)(body)
+        except _ClientGone:
+            return Response(b"", status_code=499)  # nobody reads it: the client has gone
         except _Reply as reply:
             return _result(reply.status, error=reply.error)
         except Exception as exc:  # the contract's catch-all: 500 with the exception text
             return _result(500, error=str(exc))
 
     async def healthz(self, request: Request) -> Response:
+        """The health document: slots (idle leases expired first), versions, UI paths and task count."""
+        self.pool.expire_idle()
         return _json_response({
             "debug_ui": DEBUG_UI_PATH,
             "environment_slots": self.pool.size,
@@ -229,6 +306,7 @@ class ServerTiming:
         self.app = app
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        """Pass non-HTTP scopes through; time HTTP requests and add the header to their response."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -249,8 +327,12 @@ SANDBOX_IDENTITY_PATH = "/sandbox/identity"
 
 def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults: FaultConfig | None = None,
                   index: SearchIndex | None = None, catalog_sha256: str | None = None,
-                  server_timing: bool = False) -> Starlette:
+                  server_timing: bool = False, lease_ttl_s: float | None = None) -> Starlette:
     """Build the environment ASGI app over `catalog` with `slots` slots (all knobs off by default).
+
+    With `lease_ttl_s` (sandbox-only, off by default like the real server), a lease untouched for that
+    many seconds is reclaimed when a reset needs a slot. A reset that waits for a slot is dropped when
+    its client disconnects (no ghost lease).
 
     With `server_timing`, every response also carries `server-timing: app;dur=<ms>` (`ServerTiming`).
 
@@ -258,7 +340,9 @@ def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults
     file's `source.cleaned_archive_sha256`), `GET /sandbox/identity` answers
     `{"server": "shopsim-sandbox", "catalog_sha256": ..., "tasks": N}`.
     """
-    env = ShopEnvironment(catalog, slots=slots, latency_ms=latency_ms, faults=faults, index=index)
+    env = ShopEnvironment(
+        catalog, slots=slots, latency_ms=latency_ms, faults=faults, index=index, lease_ttl_s=lease_ttl_s
+    )
     routes = [
         Route("/api/shop_agent", env.handle, methods=["POST"]),
         Route("/healthz", env.healthz, methods=["GET"]),

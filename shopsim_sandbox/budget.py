@@ -1,4 +1,4 @@
-"""Budget parser ``instruction-budget-v1`` (contract §13): the goal's ``price_upper``.
+"""Budget parser ``instruction-budget-v1`` (http-contract §13): the goal's ``price_upper``.
 
 The rules are an ordered list of backtracking regular expressions. Each rule looks only at its
 leftmost match (``re.search``): optional parts are greedy, numbers and whitespace greedy, the gaps
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "BUDGET_PARSER_VERSION",

@@ -1,4 +1,4 @@
-"""Catalog model and loader (spec §14): raw product records plus load-time derived fields.
+"""Catalog model and loader (http-contract §14): raw product records plus load-time derived fields.
 
 A loaded product is the raw record dict (legacy marketplace fields dropped, `pricing` normalized)
 extended with derived keys the episode engine and the reward read:
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 # Fields of §14.1 that survive loading; everything else (brand, list_price, seller_*, …) is dropped.
 _KEPT_FIELDS = (
@@ -164,7 +165,8 @@ class Catalog:
 
 def _load_product(record: dict) -> dict:
     product = {k: record[k] for k in _KEPT_FIELDS if k in record}
-    product["product_category"] = record.get("product_category", "") if record.get("product_category") is not None else ""
+    category = record.get("product_category")
+    product["product_category"] = category if category is not None else ""
     product["pricing"] = _normalized_pricing(record.get("pricing"))
     product["price_display"] = price_display(product["pricing"])
     product["display_options"] = _display_options(record.get("customization_options"))
@@ -206,7 +208,9 @@ def load_records(records: Iterable[dict], source: str = "memory") -> Catalog:
     seen_task_ids: set[int] = set()
     for position, record in enumerate(records):
         if not isinstance(record, dict):
-            raise CatalogError(f"{source}: record {position} is not an object; every catalog entry must be a JSON object")
+            raise CatalogError(
+                f"{source}: record {position} is not an object; every catalog entry must be a JSON object"
+            )
         asin = record.get("asin")
         asin = asin if isinstance(asin, str) else ("" if asin is None else str(asin))
         if not asin or asin == "nan" or len(asin) > 20 or asin in products:
@@ -249,5 +253,5 @@ EXAMPLE_CATALOG_PATH = Path(__file__).parent / "data" / "example_catalog.json"
 
 
 def example_catalog() -> Catalog:
-    """Load the four-product example catalog of spec §19.1 (episodes A–C replay against it)."""
+    """Load the four-product example catalog of http-contract §19.1 (episodes A–C replay against it)."""
     return load_catalog(EXAMPLE_CATALOG_PATH)

@@ -20,15 +20,22 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from shopsim_sandbox.catalog import EXAMPLE_CATALOG_PATH, Catalog, CatalogError, load_catalog, load_records
 from shopsim_sandbox.faults import add_fault_arguments, fault_config_from_args
 from shopsim_sandbox.synthetic import (
-    DEFAULT_CATALOG_SIZE, DEFAULT_SEED, build_split_file, catalog_json, generate_catalog, split_file_json,
+    DEFAULT_CATALOG_SIZE,
+    DEFAULT_SEED,
+    build_split_file,
+    catalog_json,
+    generate_catalog,
+    split_file_json,
 )
 from shopsim_sandbox.versions import DEFAULT_PORT, DEFAULT_SLOTS
+
+_GRACE_S = 1
 
 
 def _env_int(name: str, default: int) -> int:
@@ -38,7 +45,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SystemExit(f"shopsim-sandbox: environment variable {name}={raw!r} is not an integer; unset it or set a number")
+        raise SystemExit(
+            f"shopsim-sandbox: environment variable {name}={raw!r} is not an integer; unset it or set a number"
+        ) from None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -93,32 +102,87 @@ async def _serve(args: argparse.Namespace) -> None:
     env_faults = fault_config_from_args(args, "env")
     policy_faults = fault_config_from_args(args, "policy")
     catalog, catalog_sha256 = _load_served_catalog(args)
-    env_app = build_env_app(catalog, slots=args.slots, faults=env_faults, catalog_sha256=catalog_sha256,
-                            server_timing=args.server_timing)
+    env_app = build_env_app(
+        catalog,
+        slots=args.slots,
+        faults=env_faults,
+        catalog_sha256=catalog_sha256,
+        server_timing=args.server_timing,
+        lease_ttl_s=args.lease_ttl_seconds,
+    )
     servers = []
     sockets = {}
     env_sock = _bound_socket(args.host, args.port)
     sockets["env_port"] = env_sock.getsockname()[1]
-    servers.append((uvicorn.Server(uvicorn.Config(env_app, log_level=args.log_level, access_log=False,
-                                                  lifespan="off")), env_sock))
+    # timeout_graceful_shutdown: on SIGTERM, requests still running (a reset waiting for a slot waits
+    # without limit) get this long, then they are cancelled, so the server stops promptly.
+    servers.append(
+        (
+            uvicorn.Server(
+                uvicorn.Config(
+                    env_app,
+                    log_level=args.log_level,
+                    access_log=False,
+                    lifespan="off",
+                    timeout_graceful_shutdown=_GRACE_S,
+                )
+            ),
+            env_sock,
+        )
+    )
     if not args.no_policy:
         from shopsim_sandbox.policy import build_policy_app
 
         policy_app = build_policy_app(seed=args.seed, faults=policy_faults)  # faults carry latency_ms
         policy_sock = _bound_socket(args.host, args.policy_port)
         sockets["policy_port"] = policy_sock.getsockname()[1]
-        servers.append((uvicorn.Server(uvicorn.Config(policy_app, log_level=args.log_level, access_log=False,
-                                                      lifespan="off")), policy_sock))
+        servers.append(
+            (
+                uvicorn.Server(
+                    uvicorn.Config(
+                        policy_app,
+                        log_level=args.log_level,
+                        access_log=False,
+                        lifespan="off",
+                        timeout_graceful_shutdown=_GRACE_S,
+                    )
+                ),
+                policy_sock,
+            )
+        )
+    if args.analyst_port is not None:  # the deterministic Trace2Skill analyst (docs/research.md)
+        from shopsim_sandbox.analyst import build_analyst_app
+
+        analyst_app = build_analyst_app(seed=args.seed, malformed_rate=args.analyst_malformed_rate)
+        analyst_sock = _bound_socket(args.host, args.analyst_port)
+        sockets["analyst_port"] = analyst_sock.getsockname()[1]
+        servers.append(
+            (
+                uvicorn.Server(
+                    uvicorn.Config(
+                        analyst_app,
+                        log_level=args.log_level,
+                        access_log=False,
+                        lifespan="off",
+                        timeout_graceful_shutdown=_GRACE_S,
+                    )
+                ),
+                analyst_sock,
+            )
+        )
     # Everything loaded so far (catalog, index, apps) lives until exit: move it out of the cyclic GC's
     # reach. A full collection otherwise walks ~430k catalog objects (~0.1-0.25 s on 20,000 products)
     # and stalls every request in flight.
     gc.collect()
     gc.freeze()
-    print(f"shopsim-sandbox: {catalog.active_task_count} tasks, {args.slots} slots, "
-          f"{type(asyncio.get_running_loop()).__module__.split('.')[0]} loop, "
-          f"env on http://{args.host}:{sockets['env_port']}"
-          + (f", policy on http://{args.host}:{sockets['policy_port']}/v1" if "policy_port" in sockets else ""),
-          file=sys.stderr, flush=True)
+    print(
+        f"shopsim-sandbox: {catalog.active_task_count} tasks, {args.slots} slots, "
+        f"{type(asyncio.get_running_loop()).__module__.split('.')[0]} loop, "
+        f"env on http://{args.host}:{sockets['env_port']}"
+        + (f", policy on http://{args.host}:{sockets['policy_port']}/v1" if "policy_port" in sockets else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
     if args.ready_file:
         while not all(server.started for server, _ in servers):
@@ -142,7 +206,9 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
         import uvloop
     except ImportError:
         if choice == "uvloop":
-            raise ValueError("--loop uvloop: uvloop is not installed; pip install uvloop or use --loop asyncio")
+            raise ValueError(
+                "--loop uvloop: uvloop is not installed; pip install uvloop or use --loop asyncio"
+            ) from None
         return None
     return uvloop.new_event_loop
 
@@ -152,27 +218,70 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the environment (and the baseline policy)")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=_env_int("SHOPSIM_PORT", DEFAULT_PORT),
-                       help="environment port (env SHOPSIM_PORT, default 5700; 0 = any free port)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=_env_int("SHOPSIM_PORT", DEFAULT_PORT),
+        help="environment port (env SHOPSIM_PORT, default 5700; 0 = any free port)",
+    )
     serve.add_argument("--policy-port", type=int, default=5800, help="policy port (default 5800; 0 = any free port)")
-    serve.add_argument("--slots", type=int, default=_env_int("SHOPSIM_ENV_SLOTS", DEFAULT_SLOTS),
-                       help="number of environment slots (env SHOPSIM_ENV_SLOTS, default 20)")
-    serve.add_argument("--catalog-size", type=int, default=DEFAULT_CATALOG_SIZE,
-                       help=f"synthetic catalog size (default {DEFAULT_CATALOG_SIZE})")
+    serve.add_argument(
+        "--slots",
+        type=int,
+        default=_env_int("SHOPSIM_ENV_SLOTS", DEFAULT_SLOTS),
+        help="number of environment slots (env SHOPSIM_ENV_SLOTS, default 20)",
+    )
+    serve.add_argument(
+        "--catalog-size",
+        type=int,
+        default=DEFAULT_CATALOG_SIZE,
+        help=f"synthetic catalog size (default {DEFAULT_CATALOG_SIZE})",
+    )
     serve.add_argument("--seed", type=int, default=DEFAULT_SEED, help="catalog and policy seed (default 0)")
-    serve.add_argument("--catalog", default=None,
-                       help="serve this catalog JSON file instead of a synthetic one ('example' = spec §19.1)")
+    serve.add_argument(
+        "--catalog",
+        default=None,
+        help="serve this catalog JSON file instead of a synthetic one ('example' = http-contract §19.1)",
+    )
     serve.add_argument("--no-policy", action="store_true", help="do not start the baseline policy")
+    serve.add_argument(
+        "--analyst-port",
+        type=int,
+        default=None,
+        help="also serve the deterministic Trace2Skill analyst on this port (0 = any free port)",
+    )
+    serve.add_argument(
+        "--analyst-malformed-rate",
+        type=float,
+        default=0.25,
+        help="share of first attempts the analyst answers malformed (default 0.25)",
+    )
     serve.add_argument("--ready-file", default=None, help="write the bound ports as JSON here once serving")
     serve.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
-    serve.add_argument("--server-timing", action="store_true",
-                       help="add `server-timing: app;dur=<ms>` to every env response (for benchmarks; off by default)")
-    serve.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
-                       help="event loop (default auto: uvloop when installed, else asyncio)")
+    serve.add_argument(
+        "--server-timing",
+        action="store_true",
+        help="add `server-timing: app;dur=<ms>` to every env response (for benchmarks; off by default)",
+    )
+    serve.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop (default auto: uvloop when installed, else asyncio)",
+    )
+    serve.add_argument(
+        "--lease-ttl-seconds",
+        type=float,
+        default=None,
+        help="sandbox-only: reclaim a lease idle this long when a reset needs a slot "
+        "(default: never, like the real server)",
+    )
     add_fault_arguments(serve)
     catalog = sub.add_parser("catalog", help="write a synthetic catalog and its persona split file")
     catalog.add_argument("--out", required=True, type=Path, help="output directory")
-    catalog.add_argument("--size", type=int, default=DEFAULT_CATALOG_SIZE, help=f"products (default {DEFAULT_CATALOG_SIZE})")
+    catalog.add_argument(
+        "--size", type=int, default=DEFAULT_CATALOG_SIZE, help=f"products (default {DEFAULT_CATALOG_SIZE})"
+    )
     catalog.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed (default 0)")
     return parser
 
@@ -187,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.slots < 1:
             raise ValueError(f"--slots: must be >= 1 (got {args.slots})")
+        if args.lease_ttl_seconds is not None and not args.lease_ttl_seconds > 0:
+            raise ValueError(
+                f"--lease-ttl-seconds: must be > 0 (got {args.lease_ttl_seconds}); omit it to keep leases forever"
+            )
         with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
             runner.run(_serve(args))
         return 0

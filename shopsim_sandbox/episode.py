@@ -1,5 +1,7 @@
-"""The episode engine: page state machine (§10), action validation and dispatch (§9.3), counting and
-limits (§11) and the terminal payloads (§5.2, §5.3, §12).
+"""The episode engine: one leased slot's shopping session, page by page.
+
+It holds the page state machine (http-contract §10), action validation and dispatch (§9.3),
+counting and limits (§11) and the terminal payloads (§5.2, §5.3, §12).
 
 An `Episode` holds one leased slot's shopping session. It does no lease or HTTP checking; the app
 layer does that and calls `step` / `terminate` only for calls that passed §5.2 steps 1–4.
@@ -84,6 +86,7 @@ class Episode:
         return state
 
     def _product(self) -> dict:
+        assert self.asin is not None  # only called while a product page is open
         return self.catalog.products[self.asin]
 
     def _missing_axes(self) -> list[str]:
@@ -237,6 +240,7 @@ class Episode:
         }
         if purchased:
             product = self._product()
+            assert self.price_resolution is not None  # resolved when the product page opened
             detail, purchase = _reward.score_purchase(product, self.task.goal, dict(self.selected),
                                                       self.price_resolution)
             self.page = "terminal"

@@ -92,7 +92,8 @@ class FaultConfig:
         unknown = [k for k in kinds if k not in MALFORMED_KINDS]
         if unknown or not kinds:
             raise ValueError(
-                f"FaultConfig.malformed_kinds: must be a non-empty subset of {list(MALFORMED_KINDS)} (got {list(kinds)!r})"
+                f"FaultConfig.malformed_kinds: must be a non-empty subset of {list(MALFORMED_KINDS)} (got "
+                f"{list(kinds)!r})"
             )
         object.__setattr__(self, "malformed_kinds", kinds)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
@@ -110,7 +111,7 @@ class FaultConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FaultConfig":
+    def from_dict(cls, data: dict[str, Any]) -> FaultConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` naming them and the valid keys."""
         valid = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - valid)
@@ -148,7 +149,7 @@ class FaultInjector:
         self._lock = threading.Lock()
 
     def _uniforms(self, key: str, n: int) -> list[float]:
-        digest = hashlib.sha256(f"{self.config.seed}\x1f{key}\x1f{n}".encode("utf-8")).digest()
+        digest = hashlib.sha256(f"{self.config.seed}\x1f{key}\x1f{n}".encode()).digest()
         return [int.from_bytes(digest[i : i + 6], "big") / float(1 << 48) for i in range(0, 30, 6)]
 
     def decide(self, key: str) -> FaultDecision:
@@ -187,8 +188,13 @@ _CLI_FIELDS: tuple[tuple[str, str, type, str, tuple[str, ...]], ...] = (
     ("rate_503", "fault-503-rate", float, "fraction of calls answered with HTTP 503", _TARGETS),
     ("slow_rate", "slow-rate", float, "fraction of calls delayed by --*-slow-ms", _TARGETS),
     ("slow_ms", "slow-ms", float, "extra delay in ms of a slow call", _TARGETS),
-    ("malformed_rate", "malformed-rate", float,
-     "fraction of completions that are malformed (text, two tool calls or bad JSON)", ("policy",)),
+    (
+        "malformed_rate",
+        "malformed-rate",
+        float,
+        "fraction of completions that are malformed (text, two tool calls or bad JSON)",
+        ("policy",),
+    ),
     ("length_rate", "length-rate", float, 'fraction of completions cut off with finish_reason "length"', ("policy",)),
 )
 
@@ -205,10 +211,19 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     for target in _TARGETS:
         for name, suffix, typ, help_text, targets in _CLI_FIELDS:
             if target in targets:
-                group.add_argument(f"--{target}-{suffix}", dest=f"{target}_{name}", type=typ, default=0.0,
-                                   help=f"{target}: {help_text}")
-    group.add_argument("--policy-malformed-kinds", dest="policy_malformed_kinds", default=",".join(MALFORMED_KINDS),
-                       help=f"policy: comma-separated malformed kinds out of {','.join(MALFORMED_KINDS)}")
+                group.add_argument(
+                    f"--{target}-{suffix}",
+                    dest=f"{target}_{name}",
+                    type=typ,
+                    default=0.0,
+                    help=f"{target}: {help_text}",
+                )
+    group.add_argument(
+        "--policy-malformed-kinds",
+        dest="policy_malformed_kinds",
+        default=",".join(MALFORMED_KINDS),
+        help=f"policy: comma-separated malformed kinds out of {','.join(MALFORMED_KINDS)}",
+    )
     group.add_argument("--fault-seed", dest="fault_seed", type=int, default=0, help="seed of every fault draw")
 
 
@@ -221,7 +236,7 @@ def fault_config_from_args(args: argparse.Namespace, target: FaultTarget = "poli
     if target not in _TARGETS:
         raise ValueError(f"fault target must be one of {list(_TARGETS)} (got {target!r})")
     values: dict[str, Any] = {"seed": getattr(args, "fault_seed", 0)}
-    for name, suffix, _typ, _help, targets in _CLI_FIELDS:
+    for name, _suffix, _typ, _help, targets in _CLI_FIELDS:
         if target in targets:
             values[name] = getattr(args, f"{target}_{name}", 0.0)
     if target == "policy":
@@ -252,4 +267,3 @@ def fault_config_to_argv(config: FaultConfig | None, target: FaultTarget) -> lis
     if config.seed:
         argv += ["--fault-seed", str(config.seed)]
     return argv
-

@@ -1,6 +1,6 @@
-"""Text matching used by the reward (contract §12.3 fuzzy matcher, §12.4 category and title terms).
+r"""Text matching used by the reward (http-contract §12.3 fuzzy matcher, §12.4 category and title terms).
 
-Python semantics are part of the contract here: ``str.casefold``, Unicode ``\\w``,
+Python semantics are part of the contract here: ``str.casefold``, Unicode ``\w``,
 ``difflib.SequenceMatcher`` with its default automatic junk heuristic, and ``round`` (half to even).
 """
 
@@ -54,7 +54,7 @@ def matches(purchased: str, goal: str) -> bool:
 
 
 def category_parts(category: str) -> set[str]:
-    """The casefolded, trimmed, non-empty parts of a category path split on ``›``, ``>``, ``/``, ``\\``."""
+    r"""The casefolded, trimmed, non-empty parts of a category path split on ``›``, ``>``, ``/``, ``\``."""
     parts = (part.strip().casefold() for part in _CATEGORY_SEPARATORS.split(category))
     return {part for part in parts if part}
 

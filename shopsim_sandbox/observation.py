@@ -1,4 +1,4 @@
-"""Observation states (spec §8.1–§8.6) and their byte-exact Chinese text rendering (§8.7)."""
+"""Observation states (http-contract §8.1–§8.6) and their byte-exact Chinese text rendering (§8.7)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def home_state(last_action: dict | None = None) -> dict:
     return state
 
 
-def terminal_state(last_action: dict) -> dict:
+def terminal_state(last_action: dict | None) -> dict:
     """State of the terminal page shown after a purchase."""
     return {"actions": [], "observation_version": OBSERVATION_VERSION, "page_type": "terminal",
             "search_available": False, "last_action": last_action}
@@ -138,13 +138,18 @@ def render(state: dict, axis_order: list[str] | None = None) -> str:
             view["_axis_order"] = axis_order
         lines = _lines_product(view, header)
         if page == "information_subpage":
-            lines += ["", f"子页面：{_or(state.get('subpage'), 'attributes')}", f"内容：{_clean(state.get('content', ''))}"]
+            subpage = _or(state.get("subpage"), "attributes")
+            lines += ["", f"子页面：{subpage}", f"内容：{_clean(state.get('content', ''))}"]
     else:
         lines = ["页面：任务已终止", "不能再执行操作。"]
     last = state.get("last_action")
     if last is not None:
-        lines += ["", "上次交互结果：", "- 结果：" + ("成功" if last.get("valid") else "无效"),
-                  f"- 说明：{_clean(last.get('message', ''))}"]
+        lines += [
+            "",
+            "上次交互结果：",
+            "- 结果：" + ("成功" if last.get("valid") else "无效"),
+            f"- 说明：{_clean(last.get('message', ''))}",
+        ]
         if last.get("reason") != "executed":
             lines.append(f"- 原因代码：{_clean(last.get('reason', ''))}")
     lines.append("")

@@ -1,5 +1,6 @@
-"""Reward ``shopsimulator-paper-reward-v2`` (contract §12): SKU price resolution, the four factors,
-``reward_detail`` and ``purchase``.
+"""Reward ``shopsimulator-paper-reward-v2`` (http-contract §12).
+
+SKU price resolution, the four factors, ``reward_detail`` and ``purchase``.
 
 Products are catalog records as loaded (§14.1; only raw field names are read here, so any
 load-time extras are ignored), goals are the private goal objects of §7.3, selected options are
@@ -122,10 +123,10 @@ def resolve_sku_price(product: dict[str, Any], selected_options: dict[str, str])
         if price is None:
             return _resolution("unverifiable", None, "selected_variant_price_missing", evidence)
         return _resolution("pass", price, "selected_price_axis", evidence)
-    distinct = sorted({p for by_form in surviving.values() for p in by_form.values() if p is not None})
-    if len(distinct) == 1:
-        return _resolution("pass", distinct[0], "constant_option_price", {})
-    return _resolution("unverifiable", None, "price_not_deterministic", {"candidate_prices": distinct})
+    prices = sorted({p for by_form in surviving.values() for p in by_form.values() if p is not None})
+    if len(prices) == 1:
+        return _resolution("pass", prices[0], "constant_option_price", {})
+    return _resolution("unverifiable", None, "price_not_deterministic", {"candidate_prices": prices})
 
 
 # --- reward factors ------------------------------------------------------------------------------
@@ -254,7 +255,10 @@ def score_purchase(product: dict[str, Any], goal: dict[str, Any], selected_optio
 
 
 def no_purchase_detail(reason: str) -> dict[str, Any]:
-    """The 11-key zero ``reward_detail`` of an episode that ended without purchase (``action_limit``, ``generation_length``)."""
+    """The 11-key zero ``reward_detail`` of an episode that ended without purchase.
+
+    *reason* is the termination reason (``action_limit``, ``generation_length``).
+    """
     return {
         "reward_version": REWARD_VERSION,
         "termination_reason": reason,

@@ -1,4 +1,4 @@
-"""Search engine of spec §16: SQLite FTS5 BM25 over weighted fields with han-bigram tokens.
+"""Search engine of http-contract §16: SQLite FTS5 BM25 over weighted fields with han-bigram tokens.
 
 Documents come from the raw catalog records; queries are normalized and tokenized exactly like
 documents, turned into an OR of quoted tokens and ranked by `bm25()` with the frozen column weights,
@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from shopsim_sandbox.versions import SEARCH_FIELD_WEIGHTS, SEARCH_TOP_K
 
@@ -64,7 +65,9 @@ def model_tokens(title: str) -> list[str]:
     out: list[str] = []
     for match in _LATIN_TOKEN.finditer(norm):
         token = match.group(0)
-        run = _MODEL_RUN.match(norm, match.start()).group(0)
+        model_run = _MODEL_RUN.match(norm, match.start())
+        assert model_run is not None  # every token character is a model-run character
+        run = model_run.group(0)
         has_letter = any("a" <= c <= "z" for c in run)
         has_digit = any("0" <= c <= "9" for c in run)
         if has_letter and has_digit and token not in out:

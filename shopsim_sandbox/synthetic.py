@@ -1,4 +1,4 @@
-"""Deterministic synthetic catalog generator (spec §17.3) and its persona split file (§15.1).
+"""Deterministic synthetic catalog generator (http-contract §17.3) and its persona split file (§15.1).
 
 `generate_catalog(size, seed)` returns raw product records in the §14.1 format: Chinese titles over
 14 sub-categories (≥ 8 top-level categories, `›` paths), families of near-duplicate products within a
@@ -38,38 +38,130 @@ class _Kind:
 
 
 _KINDS: tuple[_Kind, ...] = (
-    _Kind("家电›清洁电器›洗地机", "洗地机", ("智能", "热洗", "静音", "无线", "自清洁", "大吸力", "长续航"),
-          (("颜色分类", tuple(_COLOURS[:6])), ("规格", ("标准版", "旗舰版", "尊享版"))), (900, 3200), ("x200", "s10", "pro5")),
-    _Kind("家电›厨房电器›电饭煲", "电饭煲", ("智能预约", "不粘内胆", "大容量", "快煮", "陶瓷釉", "柴火饭"),
-          (("容量", ("3l", "4l", "5l")), ("颜色分类", tuple(_COLOURS[:5]))), (150, 900), ("f40", "m5")),
-    _Kind("电子产品›耳机›蓝牙耳机", "耳机", ("主动降噪", "蓝牙", "长续航", "低延迟", "防水", "入耳式"),
-          (("颜色分类", tuple(_COLOURS[:8])),), (99, 1600), ("a3", "buds2", "q30")),
-    _Kind("电子产品›手机配件›充电宝", "充电宝", ("快充", "大容量", "轻薄", "自带线", "磁吸"),
-          (("容量", ("10000mah", "20000mah", "30000mah")), ("颜色分类", tuple(_COLOURS[:4]))), (59, 399), ("p10", "mag5")),
-    _Kind("服饰›女装›连衣裙", "连衣裙", ("纯棉", "修身", "碎花", "夏季", "雪纺", "收腰"),
-          (("颜色分类", tuple(_COLOURS)), ("尺码", tuple(_SIZES_CLOTH))), (79, 699)),
-    _Kind("服饰›男装›短袖衬衫", "衬衫", ("纯棉", "宽松", "透气", "短袖", "免烫", "商务"),
-          (("颜色分类", tuple(_COLOURS)), ("尺码", tuple(_SIZES_CLOTH))), (59, 499)),
-    _Kind("鞋靴›运动鞋›跑步鞋", "跑步鞋", ("减震", "透气", "轻便", "防滑", "耐磨", "网面"),
-          (("颜色分类", tuple(_COLOURS[:7])), ("尺码", tuple(_SIZES_SHOE))), (129, 1299), ("air270", "gel5")),
-    _Kind("家居›杯具›保温杯", "保温杯", ("316不锈钢", "长效保温", "便携", "大容量", "弹盖", "茶隔"),
-          (("容量", ("350ml", "500ml", "750ml", "1000ml")), ("颜色分类", tuple(_COLOURS[:6]))), (39, 299)),
-    _Kind("家居›灯具›台灯", "台灯", ("护眼", "无频闪", "可调光", "充电", "折叠", "阅读"),
-          (("颜色分类", tuple(_COLOURS[:4])),), (49, 599), ("led12",)),
-    _Kind("美妆›护肤›面霜", "面霜", ("保湿", "补水", "修护", "温和", "滋润", "敏感肌"),
-          (("规格", ("30g", "50g", "100g")),), (69, 899)),
-    _Kind("食品›零食›坚果", "坚果", ("每日坚果", "原味", "独立包装", "低盐", "混合", "烘焙"),
-          (("规格", ("500g", "750g", "1000g")), ("口味", ("原味", "盐焗", "奶香", "蜂蜜"))), (29, 199)),
-    _Kind("母婴›喂养用品›奶瓶", "奶瓶", ("防胀气", "玻璃", "耐摔", "宽口径", "新生儿", "硅胶"),
-          (("容量", ("160ml", "240ml", "300ml")),), (39, 329)),
-    _Kind("运动户外›健身›瑜伽垫", "瑜伽垫", ("加厚", "防滑", "环保", "回弹", "加宽", "双面"),
-          (("厚度", ("6mm", "8mm", "10mm", "15mm")), ("颜色分类", tuple(_COLOURS[:8]))), (39, 399)),
-    _Kind("宠物用品›猫粮", "猫粮", ("全价", "幼猫", "无谷", "冻干", "成猫", "鱼肉"),
-          (("规格", ("1.5kg", "2kg", "5kg", "10kg")),), (49, 599)),
+    _Kind(
+        "家电›清洁电器›洗地机",
+        "洗地机",
+        ("智能", "热洗", "静音", "无线", "自清洁", "大吸力", "长续航"),
+        (("颜色分类", tuple(_COLOURS[:6])), ("规格", ("标准版", "旗舰版", "尊享版"))),
+        (900, 3200),
+        ("x200", "s10", "pro5"),
+    ),
+    _Kind(
+        "家电›厨房电器›电饭煲",
+        "电饭煲",
+        ("智能预约", "不粘内胆", "大容量", "快煮", "陶瓷釉", "柴火饭"),
+        (("容量", ("3l", "4l", "5l")), ("颜色分类", tuple(_COLOURS[:5]))),
+        (150, 900),
+        ("f40", "m5"),
+    ),
+    _Kind(
+        "电子产品›耳机›蓝牙耳机",
+        "耳机",
+        ("主动降噪", "蓝牙", "长续航", "低延迟", "防水", "入耳式"),
+        (("颜色分类", tuple(_COLOURS[:8])),),
+        (99, 1600),
+        ("a3", "buds2", "q30"),
+    ),
+    _Kind(
+        "电子产品›手机配件›充电宝",
+        "充电宝",
+        ("快充", "大容量", "轻薄", "自带线", "磁吸"),
+        (("容量", ("10000mah", "20000mah", "30000mah")), ("颜色分类", tuple(_COLOURS[:4]))),
+        (59, 399),
+        ("p10", "mag5"),
+    ),
+    _Kind(
+        "服饰›女装›连衣裙",
+        "连衣裙",
+        ("纯棉", "修身", "碎花", "夏季", "雪纺", "收腰"),
+        (("颜色分类", tuple(_COLOURS)), ("尺码", tuple(_SIZES_CLOTH))),
+        (79, 699),
+    ),
+    _Kind(
+        "服饰›男装›短袖衬衫",
+        "衬衫",
+        ("纯棉", "宽松", "透气", "短袖", "免烫", "商务"),
+        (("颜色分类", tuple(_COLOURS)), ("尺码", tuple(_SIZES_CLOTH))),
+        (59, 499),
+    ),
+    _Kind(
+        "鞋靴›运动鞋›跑步鞋",
+        "跑步鞋",
+        ("减震", "透气", "轻便", "防滑", "耐磨", "网面"),
+        (("颜色分类", tuple(_COLOURS[:7])), ("尺码", tuple(_SIZES_SHOE))),
+        (129, 1299),
+        ("air270", "gel5"),
+    ),
+    _Kind(
+        "家居›杯具›保温杯",
+        "保温杯",
+        ("316不锈钢", "长效保温", "便携", "大容量", "弹盖", "茶隔"),
+        (("容量", ("350ml", "500ml", "750ml", "1000ml")), ("颜色分类", tuple(_COLOURS[:6]))),
+        (39, 299),
+    ),
+    _Kind(
+        "家居›灯具›台灯",
+        "台灯",
+        ("护眼", "无频闪", "可调光", "充电", "折叠", "阅读"),
+        (("颜色分类", tuple(_COLOURS[:4])),),
+        (49, 599),
+        ("led12",),
+    ),
+    _Kind(
+        "美妆›护肤›面霜",
+        "面霜",
+        ("保湿", "补水", "修护", "温和", "滋润", "敏感肌"),
+        (("规格", ("30g", "50g", "100g")),),
+        (69, 899),
+    ),
+    _Kind(
+        "食品›零食›坚果",
+        "坚果",
+        ("每日坚果", "原味", "独立包装", "低盐", "混合", "烘焙"),
+        (("规格", ("500g", "750g", "1000g")), ("口味", ("原味", "盐焗", "奶香", "蜂蜜"))),
+        (29, 199),
+    ),
+    _Kind(
+        "母婴›喂养用品›奶瓶",
+        "奶瓶",
+        ("防胀气", "玻璃", "耐摔", "宽口径", "新生儿", "硅胶"),
+        (("容量", ("160ml", "240ml", "300ml")),),
+        (39, 329),
+    ),
+    _Kind(
+        "运动户外›健身›瑜伽垫",
+        "瑜伽垫",
+        ("加厚", "防滑", "环保", "回弹", "加宽", "双面"),
+        (("厚度", ("6mm", "8mm", "10mm", "15mm")), ("颜色分类", tuple(_COLOURS[:8]))),
+        (39, 399),
+    ),
+    _Kind(
+        "宠物用品›猫粮",
+        "猫粮",
+        ("全价", "幼猫", "无谷", "冻干", "成猫", "鱼肉"),
+        (("规格", ("1.5kg", "2kg", "5kg", "10kg")),),
+        (49, 599),
+    ),
 )
 
-_SHOP_PREFIXES = ("洁净", "清风", "声学", "杯具", "优品", "悦家", "星辰", "青木", "乐活", "晨光", "极简", "暖阳",
-                  "橙子", "云朵", "海蓝", "森林")
+_SHOP_PREFIXES = (
+    "洁净",
+    "清风",
+    "声学",
+    "杯具",
+    "优品",
+    "悦家",
+    "星辰",
+    "青木",
+    "乐活",
+    "晨光",
+    "极简",
+    "暖阳",
+    "橙子",
+    "云朵",
+    "海蓝",
+    "森林",
+)
 _SHOP_SUFFIXES = ("旗舰店", "专营店", "小铺", "工坊", "优选店", "官方店")
 _TITLE_TAILS = ("家用", "新款", "正品", "热卖", "2024款", "升级版", "")
 _PREFERENCES = ("节省", "性价比", "品质优先", "不在乎价格")
@@ -98,13 +190,17 @@ def _budget_phrase(price: float, rng: random.Random) -> tuple[str, float | None]
 
 
 def _price(rng: random.Random, low: int, high: int) -> float:
-    return float(rng.randrange(low, high + 1)) if high - low < 100 else float(rng.randrange(low // 10, high // 10 + 1) * 10 - 1)
+    return (
+        float(rng.randrange(low, high + 1))
+        if high - low < 100
+        else float(rng.randrange(low // 10, high // 10 + 1) * 10 - 1)
+    )
 
 
 def _product(kind: _Kind, position: int, rng: random.Random, family: dict[str, Any]) -> dict[str, Any]:
     attrs = list(family["attributes"])
     rng.shuffle(attrs)
-    own_attrs = sorted(set(attrs[:rng.randint(2, 4)]) | set(family["core"]), key=kind.attributes.index)
+    own_attrs = sorted(set(attrs[: rng.randint(2, 4)]) | set(family["core"]), key=kind.attributes.index)
     shop = rng.choice(_SHOP_PREFIXES) + rng.choice(_SHOP_SUFFIXES)
     title_attrs = "".join(own_attrs[:2])
     model = f" {family['model']}" if family["model"] else ""
@@ -116,7 +212,7 @@ def _product(kind: _Kind, position: int, rng: random.Random, family: dict[str, A
     method = family["method"]
     axes: dict[str, list[dict[str, Any]]] = {}
     if method != "single_listing_price":
-        for axis_index, (axis, pool) in enumerate(kind.axes[:family["axis_count"]]):
+        for axis_index, (axis, pool) in enumerate(kind.axes[: family["axis_count"]]):
             values = rng.sample(pool, k=min(len(pool), rng.randint(2, 4)))
             entries = []
             for value_index, value in enumerate(values):
@@ -158,8 +254,9 @@ def _sku_price(record: dict, selection: dict[str, str]) -> float | None:
     return prices.pop() if len(prices) == 1 else None
 
 
-def _instruction(kind: _Kind, record: dict, position: int, seed: int, persona: bool,
-                 rng: random.Random) -> tuple[dict, dict | None]:
+def _instruction(
+    kind: _Kind, record: dict, position: int, seed: int, persona: bool, rng: random.Random
+) -> tuple[dict, dict | None]:
     axes = record.get("customization_options") or {}
     selection: dict[str, str] = {}
     for axis, entries in axes.items():
@@ -207,7 +304,7 @@ def _instruction(kind: _Kind, record: dict, position: int, seed: int, persona: b
 
 
 def generate_catalog(size: int = DEFAULT_CATALOG_SIZE, seed: int = DEFAULT_SEED) -> list[dict]:
-    """Generate `size` raw product records deterministically from `seed` (spec §17.3).
+    """Generate `size` raw product records deterministically from `seed` (http-contract §17.3).
 
     Task ids are source positions; about 4 % of positions are skipped to leave holes, as in the real
     corpus. The first 40 % of positions are persona tasks.
@@ -221,8 +318,15 @@ def generate_catalog(size: int = DEFAULT_CATALOG_SIZE, seed: int = DEFAULT_SEED)
     family: dict[str, Any] | None = None
     family_left = 0
     kind = _KINDS[0]
-    methods = ("single_listing_price", "constant_option_price", "constant_option_price", "selected_price_axis",
-               "selected_price_axis", "selected_price_axis", "price_not_deterministic")
+    methods = (
+        "single_listing_price",
+        "constant_option_price",
+        "constant_option_price",
+        "selected_price_axis",
+        "selected_price_axis",
+        "selected_price_axis",
+        "price_not_deterministic",
+    )
     while len(records) < size:
         if rng.random() < 0.04 and position > 0:
             position += 1  # a removed source product: its task id stays a hole
@@ -241,6 +345,7 @@ def generate_catalog(size: int = DEFAULT_CATALOG_SIZE, seed: int = DEFAULT_SEED)
             }
             family_left = rng.randint(2, 5)
         family_left -= 1
+        assert family is not None  # family_left starts at 0, so the first product opens a family
         record = _product(kind, position, rng, family)
         persona = position < persona_positions
         instruction, user = _instruction(kind, record, position, seed, persona, rng)
@@ -318,7 +423,7 @@ def build_split_file(records: list[dict], seed: int = DEFAULT_SEED, *, held_out_
         assigned[target].append(group)
     persona_eval_limit = int(len(tasks) * 0.3)
     eval_ids = {t for t, _, _ in sorted(tasks)[:persona_eval_limit]}
-    splits = {}
+    splits: dict[str, dict[str, Any]] = {}
     for name in ("train", "val", "test"):
         ids = sorted(t for g in assigned[name] for t in g)
         sizes = [len(g) for g in assigned[name]]
@@ -328,8 +433,10 @@ def build_split_file(records: list[dict], seed: int = DEFAULT_SEED, *, held_out_
             "task_count": len(ids),
             "task_ids": ids,
             "task_ids_sha256": task_ids_sha256(ids),
-            "source_split_counts": {"persona_eval": sum(1 for t in ids if t in eval_ids),
-                                    "persona_train": sum(1 for t in ids if t not in eval_ids)},
+            "source_split_counts": {
+                "persona_eval": sum(1 for t in ids if t in eval_ids),
+                "persona_train": sum(1 for t in ids if t not in eval_ids),
+            },
             "group_count": len(sizes),
             "multi_task_group_count": sum(1 for s in sizes if s > 1),
             "max_group_size": max(sizes, default=0),
@@ -342,8 +449,10 @@ def build_split_file(records: list[dict], seed: int = DEFAULT_SEED, *, held_out_
         "source": {
             "clean_dataset_manifest": "shopsim-sandbox-synthetic",
             "clean_dataset_manifest_sha256": hashlib.sha256(
-                json.dumps({"generator": "shopsim-sandbox-synthetic-v1", "size": len(records), "seed": seed},
-                           sort_keys=True).encode()).hexdigest(),
+                json.dumps(
+                    {"generator": "shopsim-sandbox-synthetic-v1", "size": len(records), "seed": seed}, sort_keys=True
+                ).encode()
+            ).hexdigest(),
             "cleaned_archive": "catalog.json",
             "cleaned_archive_sha256": catalog_sha,
             "cleaned_data_sha256": catalog_sha,

@@ -88,7 +88,7 @@ class SandboxServer:
             policy_argv = policy_argv[:cut] + policy_argv[cut + 2:]
         return argv + policy_argv
 
-    def start(self) -> "SandboxServer":
+    def start(self) -> SandboxServer:
         """Start the subprocess and wait until `/healthz` (and the policy's `/v1/models`) answer."""
         from shopsim_sandbox.cli import write_catalog
 
@@ -152,7 +152,7 @@ class SandboxServer:
         path = self._workdir / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def __enter__(self) -> "SandboxServer":
+    def __enter__(self) -> SandboxServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

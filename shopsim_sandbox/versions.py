@@ -1,4 +1,4 @@
-"""Frozen version strings and constants of the ShopSimulator HTTP contract (spec §3).
+"""Frozen version strings and constants of the ShopSimulator HTTP contract (http-contract §3).
 
 The real server refuses to start when any of these deviate, so the sandbox hard-codes them too.
 """

@@ -9,7 +9,9 @@ and from a notebook. The layers are subpackages, lowest first:
 - ``analysis``  — summaries, statistics, comparisons, labels, the trace audit;
 - ``skills``    — candidate mining, the firewall, the gates and SkillBank building;
 - ``export``    — trace and SFT exports for training;
-- ``cli``       — the ``shopsimrl`` command.
+- ``viewer``    — ``shopsimrl view``, the read-only trace viewer (Starlette);
+- ``cli``       — the ``shopsimrl`` command;
+- ``documents`` — typed models of every on-disk document (trace, manifest, summary, gate files).
 
 Cross-cutting pieces stay at the top: ``_errors`` (the exception tree), ``_versions`` (schema
 strings) and ``_hashing`` (canonical JSON, fingerprints, atomic writes). Every public name is
@@ -18,14 +20,9 @@ re-exported here and resolved lazily, so ``import shopsimrl_core`` stays cheap.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from typing import Any
 
 from shopsimrl_core._lazy import lazy_face
-
-try:
-    __version__ = _version("shopsimrl")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+local"
 
 # public name -> the module (layer subpackage or top-level private module) that provides it
 _EXPORTS: dict[str, str] = {
@@ -44,14 +41,18 @@ _EXPORTS: dict[str, str] = {
     "fingerprint": "_hashing",
     "sha256_file": "_hashing",
     "write_json_atomic": "_hashing",
+    "write_text_atomic": "_hashing",
     "KNOWN_ENVIRONMENT_VERSIONS": "_versions",
     "KNOWN_OBSERVATION_VERSIONS": "_versions",
     "TRACE_SCHEMA": "_versions",
     "ChatModelClient": "adapters",
+    "ReplicaSet": "adapters",
+    "ReplicatedChatModelClient": "adapters",
     "ModelOutput": "adapters",
     "ModelRequestError": "adapters",
     "ShopSimulatorClient": "adapters",
-    "StreamsTransport": "adapters",
+    "Conversation": "adapters",
+    "TransportError": "adapters",
     "select_transport": "adapters",
     "EpisodeOutcome": "analysis",
     "LabelTable": "analysis",
@@ -71,7 +72,17 @@ _EXPORTS: dict[str, str] = {
     "pass_hat_k": "analysis",
     "read_labels": "analysis",
     "summarize_run": "analysis",
+    "judge_run": "analysis",
+    "summary_from_index": "analysis",
     "wilson_interval": "analysis",
+    "create_viewer_app": "viewer",
+    "CheckpointComparison": "documents",
+    "DocumentError": "documents",
+    "EvalSummary": "documents",
+    "RunManifest": "documents",
+    "SkillBank": "documents",
+    "TraceRecord": "documents",
+    "document_for": "documents",
     "EpisodeSettings": "episode",
     "JsonSkillBank": "episode",
     "NoSkills": "episode",
@@ -84,20 +95,35 @@ _EXPORTS: dict[str, str] = {
     "run_episode": "episode",
     "validate_trace": "episode",
     "export_sft": "export",
+    "export_slime_tasks": "export",
+    "export_training_sft": "export",
     "export_traces": "export",
     "redact_record": "export",
     "ConsoleProgress": "runs",
     "EpisodeJob": "runs",
     "EvalConfig": "runs",
+    "EnvironmentConfig": "runs",
+    "ModelConfig": "runs",
     "EvalPlan": "runs",
     "ProgressEvent": "runs",
     "RunResult": "runs",
+    "RunIndex": "runs",
+    "open_run_index": "runs",
     "RunStore": "runs",
     "SplitFile": "runs",
     "TaskSplit": "runs",
     "TestAccessLedger": "runs",
     "TraceLine": "runs",
     "arun_evaluation": "runs",
+    "EvaluationOptions": "runs",
+    "RunTerminated": "runs",
+    "LeaseJournal": "runs",
+    "EnvironmentPool": "runs",
+    "OutageError": "runs",
+    "PreflightError": "runs",
+    "PreflightReport": "runs",
+    "apreflight": "runs",
+    "preflight": "runs",
     "build_plan": "runs",
     "config_from_mapping": "runs",
     "episode_id": "runs",
@@ -133,7 +159,35 @@ _EXPORTS: dict[str, str] = {
     "run_online_gate": "skills",
     "snapshot_skillbank": "skills",
     "write_draft": "skills",
+    "AnalystModel": "skills",
+    "RoundConfig": "skills",
+    "Trace2SkillConfig": "skills",
+    "Trace2SkillProvider": "skills",
+    "assign_group": "skills",
+    "build_curriculum": "skills",
+    "run_online_failure_analysis": "skills",
+    "run_trace2skill": "skills",
+    "run_training_round": "skills",
+    "build_round_pool": "skills",
+    "freeze_round_bank": "skills",
+    "freeze_round_curriculum": "skills",
+    "run_round_gate": "skills",
 }
 
-__getattr__, __dir__, _names = lazy_face(__name__, _EXPORTS)
+_face_getattr, __dir__, _names = lazy_face(__name__, _EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    # __version__ is looked up on first use: importlib.metadata costs every CLI start-up ~50 ms
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("shopsimrl")
+        except PackageNotFoundError:  # running from a source tree without installation
+            value = "0.0.0+local"
+        globals()["__version__"] = value
+        return value
+    return _face_getattr(name)
+
 __all__ = _names + ["__version__"]

@@ -1,19 +1,33 @@
-"""Canonical JSON, fingerprints, JSON documents on disk and atomic file writes (runtime spec §2)."""
+"""Canonical JSON, fingerprints, JSON documents on disk and atomic file writes (runtime-semantics §2)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, BinaryIO, Literal, TextIO, overload
 
 from shopsimrl_core._errors import ConfigError
 
-__all__ = ["canonical_json", "fingerprint", "sha256_file", "write_json_atomic", "write_text_atomic", "dumps_pretty",
-           "parse_json_text", "read_json_file"]
+__all__ = [
+    "canonical_json",
+    "fingerprint",
+    "sha256_file",
+    "dumps_pretty",
+    "atomic_output",
+    "write_bytes_atomic",
+    "write_text_atomic",
+    "write_json_atomic",
+    "parse_json_text",
+    "read_json_file",
+    "json_object",
+    "json_list",
+]
 
 
 def canonical_json(value: Any) -> str:
@@ -24,7 +38,7 @@ def canonical_json(value: Any) -> str:
 def fingerprint(value: Any) -> str:
     """Return lowercase hex SHA-256 of ``canonical_json(value)``.
 
-    A string is hashed as its JSON encoding, quotes included (the spec's §2.2 quirk), so
+    A string is hashed as its JSON encoding, quotes included (runtime-semantics §2.2 quirk), so
     ``fingerprint("abc")`` hashes the 5 bytes ``"abc"``.
     """
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
@@ -45,35 +59,102 @@ def dumps_pretty(value: Any) -> str:
 
 
 def write_json_atomic(path: str | os.PathLike[str], value: Any) -> Path:
-    """Write *value* as a pretty JSON document so that readers never see a half-written file.
+    """Write *value* as a pretty JSON document (:func:`dumps_pretty`) atomically; return the path.
 
-    See :func:`write_text_atomic` for how. Returns the target path.
+    See :func:`atomic_output` for the guarantee.
     """
-    return write_text_atomic(path, [dumps_pretty(value)])
+    return write_text_atomic(path, dumps_pretty(value))
 
 
-def write_text_atomic(path: str | os.PathLike[str], chunks: Iterable[str]) -> Path:
-    """Write the concatenated *chunks* (UTF-8) so that readers never see a half-written file.
+def write_text_atomic(path: str | os.PathLike[str], chunks: str | Iterable[str]) -> Path:
+    """Write *chunks* (one string or an iterable of strings, UTF-8) atomically; return the path.
 
-    The text goes to ``.<name>.<pid>.<thread>.tmp`` in the same folder, is fsynced, then renamed
-    over the target (spec §2.4); if producing a chunk raises, the target is untouched and the
-    temporary file removed. Chunks are written as they come, so a large file need not fit in memory.
-    Returns the target path.
+    Chunks are written as they come, so a large file need not fit in memory; if producing a chunk
+    raises, the target is untouched. See :func:`atomic_output` for the guarantee.
     """
-    target = Path(path)
+    with atomic_output(path, binary=False) as handle:
+        for chunk in [chunks] if isinstance(chunks, str) else chunks:
+            handle.write(chunk)
+    return Path(path)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> Path:
+    """Write *data* (bytes or an iterable of byte chunks) atomically; return the path.
+
+    See :func:`atomic_output` for the guarantee.
+    """
+    with atomic_output(path, binary=True) as handle:
+        for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+            handle.write(chunk)
+    return Path(path)
+
+
+@overload
+def atomic_output(path: str | os.PathLike[str], *, binary: Literal[True]) -> AbstractContextManager[BinaryIO]: ...
+@overload
+def atomic_output(path: str | os.PathLike[str], *, binary: Literal[False] = ...) -> AbstractContextManager[TextIO]: ...
+def atomic_output(path: str | os.PathLike[str], *, binary: bool = False) -> AbstractContextManager[IO[Any]]:
+    r"""Open a file handle whose contents replace *path* only when the ``with`` block succeeds.
+
+    Readers see the old file or the complete new one, never a half-written one, even after a crash
+    (runtime-semantics §2.4): the data go to a uniquely named ``.<name>.<random>.tmp`` in the same
+    folder (so concurrent writers never share a temporary file), the file is fsynced, renamed over
+    the target, and the folder is fsynced so the rename itself is durable. If the block raises, the
+    target is untouched and the temporary file removed. Text handles are UTF-8 with ``\n`` endings.
+    """
+    return _atomic_output(Path(path), binary)
+
+
+@contextmanager
+def _atomic_output(target: Path, binary: bool) -> Iterator[IO[Any]]:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
+        if binary:
+            handle: IO[Any] = os.fdopen(fd, "wb")
+        else:
+            handle = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        with handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, target)
+        _fsync_dir(target.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return target
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; do it once, under a lock, and cache the value.
+    global _UMASK
+    if _UMASK is None:
+        with _UMASK_LOCK:
+            if _UMASK is None:
+                current = os.umask(0o022)
+                os.umask(current)
+                _UMASK = current
+    return _UMASK
+
+
+_UMASK: int | None = None
+_UMASK_LOCK = threading.Lock()
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename durable on POSIX; directories cannot be opened for fsync on Windows.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def parse_json_text(text: str, where: str, what: str) -> Any:
@@ -102,3 +183,17 @@ def read_json_file(path: str | os.PathLike[str], what: str, *, fix: str) -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: {what} is not UTF-8 text") from exc
     return parse_json_text(text, where, what)
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """*value* when it is a JSON object (a dict), else a new empty dict.
+
+    For reading untrusted documents (traces, manifests) where a missing or malformed part must read
+    as empty rather than raise.
+    """
+    return value if isinstance(value, dict) else {}
+
+
+def json_list(value: Any) -> list[Any]:
+    """*value* when it is a JSON array (a list), else a new empty list."""
+    return value if isinstance(value, list) else []

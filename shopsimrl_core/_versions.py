@@ -1,6 +1,6 @@
 """Every version string and fixed identifier of the on-disk and wire contracts.
 
-These are data, normative byte for byte (runtime spec §1.3). Readers check a record's
+These are data, normative byte for byte (runtime-semantics §1.3). Readers check a record's
 ``schema_version`` against these constants first and refuse versions they do not know.
 """
 
@@ -49,7 +49,7 @@ ACTION_PROTOCOL = "openai-function-tools-repair-v3"
 PROMPT_VERSION = "shopsim-shopping-agent-tools-v2"
 SKILL_RENDERER_VERSION = "plain-skill-context-v1"
 
-# The project's own texts (spec §1.1 rule 5): the built-in system prompt, tool descriptions,
+# The project's own texts (runtime-semantics §1.1 rule 5): the built-in system prompt, tool descriptions,
 # repair instruction and skill-block lines are our wording, so they carry our own strings.
 OWN_PROMPT_VERSION = "shopsimrl-shopping-agent-tools-zh-v1"
 OWN_ACTION_PROTOCOL = "shopsimrl-function-tools-repair-zh-v1"
@@ -77,7 +77,7 @@ TEST_ACCESS_LEDGER_SCHEMA = "shopsimrl-test-access-v1"
 INVOCATION_SCHEMA = "shopsimrl-invocation-v1"
 EPISODE_LABELS_SCHEMA = "shopsimrl-episode-labels-v1"
 
-# Skills layer (SKILLS helper): legacy names from spec §1.3 plus this project's additive files.
+# Skills layer: legacy names from runtime-semantics §1.3 plus this project's additive files.
 SKILL_CANDIDATES_SCHEMA = "shopsimrl-skill-candidates-v1"
 INITIAL_DRAFT_SCHEMA = "shopsimrl-initial-skill-draft-v2"
 GATE_A_MANIFEST_SCHEMA = "shopsimrl-trace2skill-gate-a-v2"

@@ -1,8 +1,8 @@
 """shopsimrl_dagster — the Dagster code location of shopsimrl (thin: every computation is in shopsimrl_core).
 
-- ``shopsimrl_dagster.definitions.defs``: the code location (``workspace.yaml`` loads it);
+- ``shopsimrl_dagster.definitions.defs``: the code location (``workspace.yaml`` and ``dg`` load it);
   every module of ``shopsimrl_dagster/defs/`` contributes assets, checks, jobs, sensors, schedules
-  or resources.
+  or resources. ``build_definitions(settings)`` builds the same for an explicit settings object.
 - ``python -m shopsimrl_dagster.demo``: the main demo (``make demo``).
 - ``python -m shopsimrl_dagster.registry add …``: register a checkpoint (what training jobs call).
 
@@ -31,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "EvaluationSuite": "settings",
     "load_pipeline_settings": "settings",
     "prepare_dagster_home": "instance",
+    "LocalProcessRunLauncher": "instance",
+    "build_definitions": "definitions",
+    "suite_asset_key": "defs.assets",
 }
 
 __all__ = sorted(_EXPORTS)

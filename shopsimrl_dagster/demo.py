@@ -8,9 +8,9 @@
    file's catalog (a foreign server on those ports stops the demo with the fix);
 3. registers the demo checkpoints of ``configs/demo/demo.yaml`` in the checkpoint registry and as
    partitions;
-4. materializes frozen_split → job_plan → rollout_traces → eval_summary → checkpoint_comparison (and
-   any asset the location adds below them) into that instance, with the blocking checks;
-5. prints the headline numbers and how to open the UI (``make ui``), which then shows all of it.
+4. runs the location's own jobs into that instance: ``prepare_plans``, then per checkpoint
+   ``evaluate_<suite>`` for each demo suite and ``build_skills``, then ``progress_charts``;
+5. prints per-suite headline numbers and how to open the UI (``make ui``), which then shows all of it.
 
 Re-running it resumes: finished episodes are never redone.
 """
@@ -36,16 +36,18 @@ import yaml
 
 from shopsimrl_core import ConfigError, ShopSimRLError
 
+from .defs.research import AnalystEndpoint
 from .instance import prepare_dagster_home
 from .registry import Checkpoint, read_registry, register_checkpoint
-from .run_tags import SUITE_TAG, TRIGGER_TAG
+from .run_tags import TRIGGER_TAG
 from .settings import REPO_ROOT, PipelineSettings, load_pipeline_settings
 
 __all__ = ["DemoConfig", "load_demo_config", "LocalSandbox", "sandbox_mismatch", "run_demo", "main"]
 
 DEFAULT_DEMO_CONFIG = REPO_ROOT / "configs" / "demo" / "demo.yaml"
+# The sandbox serves its deterministic analyst where the analyst resource's default URL points.
+ANALYST_DEMO_PORT = urlsplit(AnalystEndpoint.model_fields["base_url"].default).port or 5900
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-_OWN_ASSETS = {"rollout_traces", "eval_summary", "checkpoint_comparison"}
 
 
 class DemoError(Exception):
@@ -76,15 +78,21 @@ def load_demo_config(path: str | Path = DEFAULT_DEMO_CONFIG) -> DemoConfig:
     allowed = {"checkpoints", "suites", "sandbox"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise ConfigError(f"{source}: {unknown[0]}: unknown key; valid keys: {', '.join(sorted(allowed))}", code="demo-config-invalid")
+        raise ConfigError(
+            f"{source}: {unknown[0]}: unknown key; valid keys: {', '.join(sorted(allowed))}", code="demo-config-invalid"
+        )
     sandbox = raw.get("sandbox") or {}
     bad = sorted(set(sandbox) - {"slots", "startup_timeout_s"})
     if bad:
-        raise ConfigError(f"{source}: sandbox.{bad[0]}: unknown key; valid keys: slots, startup_timeout_s", code="demo-config-invalid")
+        raise ConfigError(
+            f"{source}: sandbox.{bad[0]}: unknown key; valid keys: slots, startup_timeout_s", code="demo-config-invalid"
+        )
     checkpoints = raw.get("checkpoints") or []
     suites = raw.get("suites") or []
     if not checkpoints or not all(isinstance(c, str) for c in checkpoints):
-        raise ConfigError(f"{source}: checkpoints: must list at least one registry JSON file", code="demo-config-invalid")
+        raise ConfigError(
+            f"{source}: checkpoints: must list at least one registry JSON file", code="demo-config-invalid"
+        )
     if not suites or not all(isinstance(s, str) for s in suites):
         raise ConfigError(f"{source}: suites: must list at least one suite name", code="demo-config-invalid")
     return DemoConfig(
@@ -138,14 +146,20 @@ def sandbox_mismatch(settings: PipelineSettings) -> str | None:
         return f"{env_url} is not the shopsim sandbox (GET /sandbox/identity: {status or identity})"
     expected = _expected_catalog_sha256(settings.split_file)
     if identity.get("catalog_sha256") != expected:
-        return (f"the sandbox at {env_url} serves catalog {str(identity.get('catalog_sha256'))[:12]}… "
-                f"({identity.get('tasks')} tasks), but split_file {settings.split_file} was built from catalog "
-                f"{str(expected)[:12]}…")
+        return (
+            f"the sandbox at {env_url} serves catalog {str(identity.get('catalog_sha256'))[:12]}… "
+            f"({identity.get('tasks')} tasks), but split_file {settings.split_file} was built from catalog "
+            f"{str(expected)[:12]}…"
+        )
     status, models = _get_json(f"{policy_url}/models")
     served = [m for m in (models.get("data") or []) if isinstance(m, dict)] if isinstance(models, dict) else []
-    if not any(m.get("id") == settings.inference.served_model and m.get("owned_by") == "shopsim-sandbox" for m in served):
-        return (f"{policy_url} is not the sandbox policy serving {settings.inference.served_model!r} "
-                f"(GET /models: {status or models})")
+    if not any(
+        m.get("id") == settings.inference.served_model and m.get("owned_by") == "shopsim-sandbox" for m in served
+    ):
+        return (
+            f"{policy_url} is not the sandbox policy serving {settings.inference.served_model!r} "
+            f"(GET /models: {status or models})"
+        )
     return None
 
 
@@ -169,9 +183,11 @@ class LocalSandbox:
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
-    def __enter__(self) -> "LocalSandbox":
-        fix = (f"stop that server, or point environment.base_url / inference.base_url in {self.settings.source} "
-               "at free loopback ports")
+    def __enter__(self) -> LocalSandbox:
+        fix = (
+            f"stop that server, or point environment.base_url / inference.base_url in {self.settings.source} "
+            "at free loopback ports"
+        )
         if _answers(f"{self.env_url}/healthz") or _answers(f"{self.policy_url}/models"):
             problem = sandbox_mismatch(self.settings)
             if problem is not None:
@@ -187,9 +203,23 @@ class LocalSandbox:
         ready = Path(self._workdir.name) / "ready.json"
         log_path = Path(self._workdir.name) / "sandbox.log"
         argv = [
-            sys.executable, "-m", "shopsim_sandbox.cli", "serve", "--host", "127.0.0.1",
-            "--port", str(env.port or 80), "--policy-port", str(policy.port or 80),
-            "--slots", str(self.slots), "--ready-file", str(ready),
+            sys.executable,
+            "-m",
+            "shopsim_sandbox.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(env.port or 80),
+            "--policy-port",
+            str(policy.port or 80),
+            # The deterministic Trace2Skill analyst, where the analyst resource's default URL expects it.
+            "--analyst-port",
+            str(ANALYST_DEMO_PORT),
+            "--slots",
+            str(self.slots),
+            "--ready-file",
+            str(ready),
         ]
         with log_path.open("wb") as log:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -199,7 +229,8 @@ class LocalSandbox:
                 tail = log_path.read_text(errors="replace")[-600:].strip()
                 self._stop()
                 raise DemoError(
-                    f"the sandbox did not start on ports {env.port}/{policy.port} ({tail.splitlines()[-1] if tail else 'no output'}); "
+                    f"the sandbox did not start on ports {env.port}/{policy.port} "
+                    f"({tail.splitlines()[-1] if tail else 'no output'}); "
                     "free the ports or change environment.base_url / inference.base_url in the pipeline settings"
                 )
             time.sleep(0.05)
@@ -207,8 +238,10 @@ class LocalSandbox:
         problem = sandbox_mismatch(self.settings)
         if problem is not None:
             self._stop()
-            raise DemoError(f"the started sandbox does not match the settings: {problem}; point split_file at "
-                            "configs/sandbox/persona_splits.sandbox.json (the catalog `shopsim-sandbox serve` serves by default)")
+            raise DemoError(
+                f"the started sandbox does not match the settings: {problem}; point split_file at "
+                "configs/sandbox/persona_splits.sandbox.json (the catalog `shopsim-sandbox serve` serves by default)"
+            )
         self.started = True
         return self
 
@@ -235,7 +268,9 @@ def _register(settings: PipelineSettings, demo: DemoConfig) -> list[Checkpoint]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (FileNotFoundError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read demo checkpoint ({exc}); fix configs/demo/demo.yaml", code="demo-config-invalid") from None
+            raise ConfigError(
+                f"{path}: cannot read demo checkpoint ({exc}); fix configs/demo/demo.yaml", code="demo-config-invalid"
+            ) from None
         entry = Checkpoint(**{k: data.get(k) for k in ("checkpoint_id", "step", "served_model", "endpoint")})
         register_checkpoint(settings.checkpoint_registry, entry)
         entries.append(entry)
@@ -260,9 +295,11 @@ def _metadata_values(event: Any) -> dict[str, Any]:
 
 
 def run_demo(settings: PipelineSettings, demo: DemoConfig, dagster_home: Path) -> list[dict[str, Any]]:
-    """Materialize the lineage for every demo checkpoint and suite into the instance at *dagster_home*.
+    """Run the location's own jobs for every demo checkpoint into the instance at *dagster_home*.
 
-    Returns one headline dict per (checkpoint, suite): eval_summary and checkpoint_comparison metadata.
+    ``prepare_plans``; then per checkpoint ``evaluate_<suite>`` for each demo suite and
+    ``build_skills``; then ``progress_charts``. Returns one headline dict per (checkpoint, suite)
+    with the metadata of that suite's assets, plus the skills assets' metadata on the last suite's row.
 
     Raises:
         DemoError: a run failed (the message carries the failing step's or check's message).
@@ -270,31 +307,21 @@ def run_demo(settings: PipelineSettings, demo: DemoConfig, dagster_home: Path) -
     import dagster as dg
 
     from .definitions import defs as location_defs
-    from .defs.partitions import checkpoints as checkpoint_partitions
+    from .defs.jobs import evaluation_job_name
+    from .defs.partitions import CHECKPOINTS
 
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     for name in demo.suites:
         settings.suite(name)
     entries = _register(settings, demo)
-    loaded = location_defs()
-    partitioned = [key for asset in loaded.assets if asset.partitions_def == checkpoint_partitions for key in asset.keys]
-    everything = dg.AssetSelection.all()
-    upstream = dg.AssetSelection.assets(*partitioned).upstream() - dg.AssetSelection.assets(*partitioned)
-    downstream = everything - upstream - dg.AssetSelection.assets(*partitioned)
-    jobs = [dg.define_asset_job("demo_prepare", selection=upstream)]
-    jobs += [dg.define_asset_job(f"demo_evaluate_{s}", selection=dg.AssetSelection.assets(*partitioned), run_tags={SUITE_TAG: s})
-             for s in demo.suites]
-    jobs.append(dg.define_asset_job("demo_downstream", selection=downstream))
-    definitions = dg.Definitions(assets=loaded.assets, asset_checks=loaded.asset_checks, resources=loaded.resources, jobs=jobs)
     instance = dg.DagsterInstance.get()
     try:
-        instance.add_dynamic_partitions(checkpoint_partitions.name, [e.checkpoint_id for e in entries])
+        definitions = location_defs()
+        instance.add_dynamic_partitions(CHECKPOINTS, [e.checkpoint_id for e in entries])
         headlines: list[dict[str, Any]] = []
 
         def execute(job_name: str, **kwargs: Any) -> Any:
             job = definitions.resolve_job_def(job_name)
-            if not job.asset_layer.executable_asset_keys:
-                return None
             # INFO keeps the rollout's progress lines and drops Dagster's per-event debug chatter.
             quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
             result = job.execute_in_process(
@@ -305,30 +332,40 @@ def run_demo(settings: PipelineSettings, demo: DemoConfig, dagster_home: Path) -
                 raise DemoError(f"{job_name} failed: " + " | ".join(problems or ["see the run in the UI"]))
             return result
 
-        execute("demo_prepare")
+        execute("prepare_plans")
         for entry in entries:
             for suite in demo.suites:
                 started = time.monotonic()
-                result = execute(f"demo_evaluate_{suite}", partition_key=entry.checkpoint_id)
-                row: dict[str, Any] = {"checkpoint": entry.checkpoint_id, "step": entry.step, "suite": suite,
-                                       "wall_s": time.monotonic() - started}
+                result = execute(evaluation_job_name(suite), partition_key=entry.checkpoint_id)
+                row: dict[str, Any] = {
+                    "checkpoint": entry.checkpoint_id,
+                    "step": entry.step,
+                    "suite": suite,
+                    "wall_s": time.monotonic() - started,
+                }
                 for event in result.get_asset_materialization_events():
-                    row[event.asset_key.to_user_string()] = _metadata_values(event)
+                    row[event.asset_key.path[-1]] = _metadata_values(event)
                 headlines.append(row)
-        execute("demo_downstream")
+            skills = execute("build_skills", partition_key=entry.checkpoint_id)
+            done = {
+                event.asset_key.to_user_string(): _metadata_values(event)
+                for event in skills.get_asset_materialization_events()
+            }
+            headlines[-1]["skills"] = done
+            # The analyst path (Trace2Skill) over the same train run, with the sandbox's deterministic analyst.
+            analyst = execute("analyst_skills", partition_key=entry.checkpoint_id)
+            headlines[-1]["analyst"] = {
+                event.asset_key.to_user_string(): _metadata_values(event)
+                for event in analyst.get_asset_materialization_events()
+            }
+        execute("progress_charts")
         return headlines
     finally:
         instance.dispose()
 
 
-def _resolved_later(headlines: list[dict[str, Any]], row: dict[str, Any], asset: str) -> bool:
-    """Whether a later row of the same checkpoint materialized *asset* with a status that is not a skip."""
-    later = headlines[headlines.index(row) + 1:]
-    return any(
-        other["checkpoint"] == row["checkpoint"]
-        and not str(other.get(asset, {}).get("status", "skipped")).startswith("skipped")
-        for other in later
-    )
+def _fmt(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings, home: Path) -> None:
@@ -336,39 +373,63 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
     for row in headlines:
         summary = row.get("eval_summary", {})
         rollout = row.get("rollout_traces", {})
-        comparison = row.get("checkpoint_comparison", {})
+        comparison = row.get("checkpoint_comparison")
         print(f"checkpoint {row['checkpoint']} (step {row['step']}), suite {row['suite']}  [{row['wall_s']:.1f} s]")
-        print(f"  episodes     {rollout.get('episodes_completed')}/{rollout.get('episodes_requested')} completed "
-              f"(coverage {rollout.get('coverage')}, {rollout.get('episodes_completed_before_this_run')} reused from earlier runs)")
-        reward, sem = summary.get("reward"), summary.get("reward_sem")
-        print(f"  reward       {reward:.4f} ± {sem:.4f} (SEM)" if isinstance(reward, float) and isinstance(sem, float) else f"  reward       {reward}")
-        print(f"  success      {summary.get('success_interval')}")
-        steps = summary.get("steps_mean")
-        steps_text = f"{steps:.2f}" if isinstance(steps, float) else str(steps)
-        print(f"  steps/ep     {steps_text}    protocol-error rate {summary.get('protocol_error_rate')}")
-        print(f"  comparison   {comparison.get('status')}" + (f" vs {comparison.get('baseline')}" if comparison.get("status") == "compared" else ""))
-        # Assets the location adds below the evaluation lineage (labels, skills, …): their status line.
-        # A skip that a later suite of the same checkpoint resolves (the gate waits for the val run)
-        # is not news, so it is left out of the earlier suite's block.
-        for name, values in row.items():
-            if isinstance(values, dict) and name not in _OWN_ASSETS and "status" in values:
-                if str(values["status"]).startswith("skipped") and _resolved_later(headlines, row, name):
-                    continue
-                print(f"  {name}: {values['status']}")
+        print(
+            f"  episodes     {rollout.get('episodes_completed')}/{rollout.get('episodes_requested')} completed "
+            f"(coverage {_fmt(rollout.get('coverage'), 2)}, {rollout.get('episodes_completed_before_this_run')} "
+            "reused from earlier runs)"
+        )
+        print(f"  reward       {summary.get('reward_display')}")
+        print(f"  success      {summary.get('success_display')}")
+        print(
+            f"  steps/ep     {_fmt(summary.get('steps_mean'), 2)}    protocol-error rate "
+            f"{_fmt(summary.get('protocol_error_rate'))}"
+        )
+        if comparison:
+            print(
+                f"  comparison   vs {comparison.get('baseline')}: delta reward "
+                f"{_fmt(comparison.get('delta_reward'), 4)}"
+            )
+        else:
+            print("  comparison   none (no earlier checkpoint with this suite)")
         print(f"  run dir      {rollout.get('run_dir')}")
-        print(f"  chart        {summary.get('chart_path')}")
+        print(f"  episodes at  {rollout.get('episodes')}   (trace viewer: shopsimrl view {settings.runs_root})")
+        skills = row.get("skills")
+        if skills is not None:
+            built = ", ".join(sorted(skills)) or "nothing (inputs missing; see the build_skills run log)"
+            print(f"  skills       materialized: {built}")
+            snapshot = skills.get("skillbank_snapshot")
+            if snapshot:
+                print(f"  skillbank    {snapshot.get('skills')} skills, {snapshot.get('path')}")
+        analyst = row.get("analyst")
+        if analyst is not None:
+            draft = next(iter(analyst.values()), None)
+            if draft:
+                print(
+                    f"  trace2skill  {draft.get('chunks')} chunks from {draft.get('evidence_cards')} evidence cards "
+                    f"in {draft.get('clusters')} clusters ({draft.get('model_calls_this_run')} analyst calls this run)"
+                )
+            else:
+                print("  trace2skill  not materialized (no train run; see the analyst_skills run log)")
     print()
     print(f"All materializations are stored in the Dagster instance {home}.")
     print("See them in the UI:  make ui     (or scripts/dagster-dev.sh; then open http://127.0.0.1:3000)")
-    print("  Catalog → evaluation group: frozen_split → job_plan → rollout_traces → eval_summary → checkpoint_comparison;")
-    print("  open eval_summary → Partitions → a checkpoint for reward, success interval, per-category table and chart.")
+    print("  Catalog → suite_val / suite_train groups: <suite>/rollout_traces → eval_summary → checkpoint_comparison,")
+    print(
+        "  <suite>/progress (reward and success by training step); skills group: labels → candidates → gate → snapshot."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; exit 0 on success, 1 when a run or check failed, 2 on bad settings."""
     parser = argparse.ArgumentParser(prog="python -m shopsimrl_dagster.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--demo-config", default=str(DEFAULT_DEMO_CONFIG), help="demo settings (default configs/demo/demo.yaml)")
-    parser.add_argument("--dagster-home", default=None, help="instance folder (default .dagster_home/ or $SHOPSIMRL_DAGSTER_HOME)")
+    parser.add_argument(
+        "--demo-config", default=str(DEFAULT_DEMO_CONFIG), help="demo settings (default configs/demo/demo.yaml)"
+    )
+    parser.add_argument(
+        "--dagster-home", default=None, help="instance folder (default .dagster_home/ or $SHOPSIMRL_DAGSTER_HOME)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = load_pipeline_settings()
@@ -377,7 +438,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: settings {settings.source}")
         print(f"demo: dagster instance {home}; runs under {settings.runs_root}")
         with LocalSandbox(settings, slots=demo.slots, startup_timeout_s=demo.startup_timeout_s) as sandbox:
-            how = "started" if sandbox.started else "already running (verified: shopsim sandbox serving the split file's catalog)"
+            how = (
+                "started"
+                if sandbox.started
+                else "already running (verified: shopsim sandbox serving the split file's catalog)"
+            )
             print(f"demo: sandbox {how}: environment {sandbox.env_url}, policy {sandbox.policy_url}")
             headlines = run_demo(settings, demo, home)
         if sandbox.started:

@@ -1,9 +1,10 @@
-"""The project's Dagster instance folder (DAGSTER_HOME) and its ``dagster.yaml``.
+"""The project's Dagster instance folder (DAGSTER_HOME), its ``dagster.yaml`` and its run launcher.
 
-``configs/pipeline/dagster.yaml`` is the template (pool limits, telemetry off); this module copies it
-into the instance folder, ``.dagster_home/`` in the repository unless ``SHOPSIMRL_DAGSTER_HOME``
-names another. ``make demo`` writes materializations there and ``make ui`` serves the UI from there,
-so the UI shows what the demo produced.
+``configs/pipeline/dagster.yaml`` is the template (per-endpoint run queue limits, run monitoring,
+run retries, telemetry off); this module copies it into the instance folder, ``.dagster_home/`` in
+the repository unless ``SHOPSIMRL_DAGSTER_HOME`` names another. ``make demo`` writes
+materializations there and ``make ui`` serves the UI from there, so the UI shows what the demo
+produced.
 
     python -m shopsimrl_dagster.instance      # prints the prepared folder
 """
@@ -14,12 +15,99 @@ import os
 import shutil
 from pathlib import Path
 
+import dagster as dg
+
+# Custom run launchers implement this interface; Dagster exposes it from its launcher package.
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
 from .settings import REPO_ROOT
 
-__all__ = ["DAGSTER_HOME_ENV", "INSTANCE_TEMPLATE", "default_dagster_home", "prepare_dagster_home"]
+__all__ = [
+    "DAGSTER_HOME_ENV",
+    "INSTANCE_TEMPLATE",
+    "LocalProcessRunLauncher",
+    "run_worker_pid",
+    "default_dagster_home",
+    "prepare_dagster_home",
+]
 
 DAGSTER_HOME_ENV = "SHOPSIMRL_DAGSTER_HOME"
 INSTANCE_TEMPLATE = REPO_ROOT / "configs" / "pipeline" / "dagster.yaml"
+_WORKER_MESSAGES = (
+    "Started process for run",
+    "Executing steps in process",
+    "Executing steps using multiprocess executor",
+)
+
+
+def run_worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    """The pid of the latest run worker process of *run_id*, from its engine events.
+
+    The run worker reports its pid when it starts ("Started process for run (pid: N)") and again
+    when its executor starts ("Executing steps in process (pid: N)" for the in-process executor,
+    "… multiprocess executor: parent process (pid: N)"); step subprocesses are not run workers.
+    """
+    pid = None
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        message = entry.user_message or ""
+        if not message.startswith(_WORKER_MESSAGES):
+            continue
+        event = entry.dagster_event
+        metadata = event.engine_event_data.metadata if event is not None and event.engine_event_data else {}
+        value = getattr(metadata.get("pid"), "value", None) or (
+            message.rsplit("(pid: ", 1)[-1].split(")", 1)[0] if "(pid: " in message else None
+        )
+        try:
+            pid = int(str(value))
+        except (TypeError, ValueError):
+            continue
+    return pid
+
+
+def _process_alive(pid: int) -> bool:
+    # A killed child that its parent has not reaped yet is a zombie: dead for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return state not in ("Z", "X")
+
+
+class LocalProcessRunLauncher(dg.DefaultRunLauncher):
+    """Dagster's default launcher (a run worker process per run, on this machine) plus a health check.
+
+    The default launcher cannot tell the run monitor that a run worker died, so a killed run stays
+    STARTED forever and keeps its place in the per-endpoint run queue. This launcher reports a run
+    whose worker process no longer exists as FAILED; the run monitor (``run_monitoring`` in
+    ``dagster.yaml``) then marks the run failed, which frees its queue slot, and run retries
+    relaunch it (the rollout resumes, so finished episodes are kept).
+    """
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        """Always: the worker is a local process whose pid the run's events record."""
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        """RUNNING while the run worker process exists (or has not reported its pid yet), else FAILED."""
+        pid = run_worker_pid(self._instance, run.run_id)
+        if pid is None:
+            # Not started far enough to log its pid: the monitor's start timeout covers a worker that never starts.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not reported its pid yet")
+        if _process_alive(pid):
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker pid {pid} is alive", run_worker_id=str(pid))
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED, f"run worker pid {pid} is gone (killed or crashed)", run_worker_id=str(pid)
+        )
 
 
 def default_dagster_home() -> Path:

@@ -1,4 +1,4 @@
-"""The checkpoint registry: the source of truth for which checkpoints exist.
+r"""The checkpoint registry: the source of truth for which checkpoints exist.
 
 Training jobs drop one small JSON file per checkpoint into a folder::
 
@@ -22,9 +22,10 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from shopsimrl_core import ConfigError, write_json_atomic
 
@@ -65,7 +66,11 @@ def _parse(path: Path, data: Any) -> Checkpoint:
         raise _bad(path, unknown[0], f"unknown key; valid keys: {', '.join(_KEYS)}")
     checkpoint_id = data.get("checkpoint_id")
     if not isinstance(checkpoint_id, str) or not _ID_PATTERN.match(checkpoint_id):
-        raise _bad(path, "checkpoint_id", f"must be a non-empty string of letters, digits, '.', '_', '-' (got {checkpoint_id!r})")
+        raise _bad(
+            path,
+            "checkpoint_id",
+            f"must be a non-empty string of letters, digits, '.', '_', '-' (got {checkpoint_id!r})",
+        )
     step = data.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise _bad(path, "step", f"must be a non-negative integer training step (got {step!r})")
@@ -73,6 +78,13 @@ def _parse(path: Path, data: Any) -> Checkpoint:
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not value):
             raise _bad(path, key, f"must be a non-empty string or null (got {value!r})")
+    endpoint = data.get("endpoint")
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _bad(
+                path, "endpoint", f"must be an http(s) URL such as http://gpu-3:30000/v1, or null (got {endpoint!r})"
+            )
     return Checkpoint(
         checkpoint_id=checkpoint_id,
         step=step,
@@ -82,15 +94,14 @@ def _parse(path: Path, data: Any) -> Checkpoint:
     )
 
 
-def read_registry(folder: str | Path) -> list[Checkpoint]:
+def read_registry(folder: str | Path, *, problems: list[str] | None = None) -> list[Checkpoint]:
     """Read every ``*.json`` entry of the registry folder, sorted by (step, checkpoint_id).
 
-    A missing folder is an empty registry. Files whose names start with '.' (half-written temp
-    files) are ignored.
-
-    Raises:
-        ConfigError: an entry is not valid JSON or breaks the rules, or two entries claim one id
-            with different content; the message names the file and the key.
+    A missing folder is an empty registry. Files whose names start with '.' (temp files of an
+    atomic write) are ignored. One bad file never hides the others: a file that is not UTF-8, not
+    valid JSON (e.g. half-written), breaks a rule (bad id, step or endpoint URL) or claims an id
+    another file holds with other values is skipped, and one line naming the file, the key and the
+    fix is appended to *problems* (when given).
     """
     root = Path(folder)
     if not root.is_dir():
@@ -100,15 +111,40 @@ def read_registry(folder: str | Path) -> list[Checkpoint]:
         if path.name.startswith("."):
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise _bad(path, "(file)", f"not valid JSON ({exc.msg} at line {exc.lineno}); rewrite the entry") from None
-        entry = _parse(path, data)
-        previous = found.get(entry.checkpoint_id)
-        if previous is not None and previous[1] != entry:
-            raise _bad(path, "checkpoint_id", f"{entry.checkpoint_id!r} is also registered by {previous[0].name} with other values; remove one")
+            entry = _read_entry(path)
+            previous = found.get(entry.checkpoint_id)
+            if previous is not None and previous[1] != entry:
+                raise _bad(
+                    path,
+                    "checkpoint_id",
+                    f"{entry.checkpoint_id!r} is also registered by {previous[0].name} "
+                    "with other values; remove one of the two files",
+                )
+        except ConfigError as exc:
+            if problems is not None:
+                problems.append(f"skipped {exc.one_line()}")
+            continue
         found[entry.checkpoint_id] = (path, entry)
     return sorted((entry for _, entry in found.values()), key=lambda c: (c.step, c.checkpoint_id))
+
+
+def _read_entry(path: Path) -> Checkpoint:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(path, "(file)", f"not UTF-8 text (byte {exc.start}); rewrite the entry as UTF-8 JSON") from None
+    except OSError as exc:
+        raise _bad(path, "(file)", f"cannot be read ({exc.strerror}); fix its permissions or remove it") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(
+            path,
+            "(file)",
+            f"not valid JSON ({exc.msg} at line {exc.lineno}; half-written?); "
+            "rewrite the entry with `python -m shopsimrl_dagster.registry add`",
+        ) from None
+    return _parse(path, data)
 
 
 def register_checkpoint(folder: str | Path, checkpoint: Checkpoint) -> Path:
@@ -123,13 +159,21 @@ def register_checkpoint(folder: str | Path, checkpoint: Checkpoint) -> Path:
     target = root / f"{checkpoint.checkpoint_id}.json"
     entry = _parse(target, checkpoint.to_dict())
     if entry.registered_at is None:
-        entry = Checkpoint(**{**entry.to_dict(), "registered_at": datetime.now(timezone.utc).isoformat()})
-    for existing in read_registry(root):
+        entry = Checkpoint(**{**entry.to_dict(), "registered_at": datetime.now(UTC).isoformat()})
+    for existing in read_registry(root, problems=[]):
         if existing.checkpoint_id == entry.checkpoint_id:
-            same = (existing.step, existing.served_model, existing.endpoint) == (entry.step, entry.served_model, entry.endpoint)
+            same = (existing.step, existing.served_model, existing.endpoint) == (
+                entry.step,
+                entry.served_model,
+                entry.endpoint,
+            )
             if same:
                 return target
-            raise _bad(target, "checkpoint_id", f"{entry.checkpoint_id!r} is already registered with other values; use a new id")
+            raise _bad(
+                target,
+                "checkpoint_id",
+                f"{entry.checkpoint_id!r} is already registered with other values; use a new id",
+            )
     return write_json_atomic(target, entry.to_dict())
 
 
@@ -169,10 +213,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"registered {args.checkpoint_id} (step {args.step}) in {path}")
         else:
-            for entry in read_registry(folder):
+            problems: list[str] = []
+            for entry in read_registry(folder, problems=problems):
                 print(json.dumps(entry.to_dict(), ensure_ascii=False))
+            for line in problems:
+                print(f"warning: {line}", file=sys.stderr)
+            return 1 if problems else 0
     except ConfigError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename}: {exc.strerror}; check the --registry folder", file=sys.stderr)
         return 2
     return 0
 

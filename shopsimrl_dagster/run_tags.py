@@ -1,23 +1,45 @@
-"""Run tags the pipeline reads. Tags are set per launch, never in a config file.
+"""Run tags the pipeline reads or sets. The suite is never a tag: it is part of the asset key.
 
-- ``shopsimrl/suite``: which evaluation suite a run evaluates (each ``evaluate_<suite>`` job sets
-  it; a plain "Materialize" from the asset graph uses the settings' ``default_suite``).
 - ``shopsimrl/allow-test-split: "true"``: the per-launch opt-in a guarded (test-role) split needs
-  (runtime spec §22.6). It is recorded in the run manifest and the test-access ledger.
+  (runtime-semantics §22.6). It is recorded in the run manifest and the test-access ledger; without it
+  a test-suite rollout is refused before anything is written.
 - ``shopsimrl/allow-test-rerun: "true"``: the second acknowledgement for a new test run of a
   checkpoint that already has one.
+- ``shopsimrl/endpoint``: the inference endpoint (base URL) a run's checkpoint is served from. The
+  evaluation jobs set it per partition; the instance's run queue admits one run per unique value.
+- ``shopsimrl/trigger``: what launched the run (registry-sensor, nightly, demo, progress-sensor).
 """
 
 from __future__ import annotations
 
-__all__ = ["SUITE_TAG", "ALLOW_TEST_SPLIT_TAG", "ALLOW_TEST_RERUN_TAG", "TRIGGER_TAG", "is_true"]
+__all__ = [
+    "ALLOW_TEST_SPLIT_TAG",
+    "ALLOW_TEST_RERUN_TAG",
+    "ENDPOINT_TAG",
+    "TRIGGER_TAG",
+    "is_true",
+    "endpoint_tag_value",
+]
 
-SUITE_TAG = "shopsimrl/suite"
 ALLOW_TEST_SPLIT_TAG = "shopsimrl/allow-test-split"
 ALLOW_TEST_RERUN_TAG = "shopsimrl/allow-test-rerun"
+ENDPOINT_TAG = "shopsimrl/endpoint"
 TRIGGER_TAG = "shopsimrl/trigger"
 
 
 def is_true(value: str | None) -> bool:
     """A tag value counts as yes only when it is literally ``true`` (case-insensitive)."""
     return value is not None and value.strip().lower() == "true"
+
+
+def endpoint_tag_value(base_url: str) -> str:
+    """The endpoint tag value of *base_url*: the URL without a trailing slash, lower-cased scheme and host.
+
+    Tag values allow ``:`` and ``/`` but are limited in length; URLs of endpoints are short.
+    """
+    url = base_url.strip().rstrip("/")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url[:255]
+    host, slash, path = rest.partition("/")
+    return f"{scheme.lower()}://{host.lower()}{slash}{path}"[:255]

@@ -22,26 +22,3 @@ def sandbox() -> Iterator[SandboxServer]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _no_stale_dagster_state_storage() -> Iterator[None]:
-    """Start every test with no "current" Dagster definitions-state storage.
-
-    Dagster keeps that storage in a context variable which ``with instance:`` blocks set and reset.
-    Fixtures of different scopes tear down out of order, which can leave the variable pointing at a
-    disposed instance; the next ``Definitions`` load in the process then fails with "Attempted to
-    resolve undefined DagsterInstance weakref". Only matters once Dagster is imported.
-    """
-    import sys
-
-    if "dagster" not in sys.modules:
-        yield
-        return
-    try:
-        from dagster._core.storage.defs_state.base import set_defs_state_storage
-    except ImportError:  # a Dagster without the mechanism has nothing to reset
-        yield
-        return
-    with set_defs_state_storage(None):
-        yield

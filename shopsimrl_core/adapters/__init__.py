@@ -1,6 +1,8 @@
-"""The adapters: the HTTP clients for the two services an episode talks to — the OpenAI-compatible
-model endpoint (``ChatModelClient``) and the ShopSimulator environment (``ShopSimulatorClient``) —
-and the transport seam beneath them.
+"""The adapters: the HTTP clients for the two services an episode talks to.
+
+They are the OpenAI-compatible model endpoint (``ChatModelClient``) and the ShopSimulator
+environment (``ShopSimulatorClient``), with the HTTP engines beneath them (``_http.py``: aiohttp
+by default, httpx for the test seam).
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from shopsimrl_core._lazy import lazy_face
 _EXPORTS: dict[str, str] = {
     "ShopSimulatorClient": "_environment",
     "ChatModelClient": "_model",
-    "ModelOutput": "_model",
+    "ModelOutput": "_validation",
     "ModelRequestError": "_model",
-    "StreamsTransport": "_transport",
-    "select_transport": "_transport",
+    "Conversation": "_conversation",
+    "TransportError": "_http",
+    "select_transport": "_http",
+    "ReplicaSet": "_replicas",
+    "ReplicatedChatModelClient": "_replicas",
 }
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

@@ -1,4 +1,4 @@
-"""The environment adapter: an async ShopSimulator client (runtime spec §8, HTTP contract §4–§6, §18).
+"""The environment adapter: an async ShopSimulator client (runtime-semantics §8, http-contract §4–§6, §18).
 
 :class:`ShopSimulatorClient` owns the connection pools for one environment endpoint for the whole
 run. Each episode opens an :class:`EnvironmentSession` (``client.session()``) that holds at most one
@@ -19,16 +19,16 @@ Rules that matter:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
-from shopsimrl_core.adapters._transport import select_transport
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
+from shopsimrl_core.adapters._http import TransportError, build_engine, dumps, loads, select_transport
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "ShopSimulatorClient",
@@ -43,6 +43,7 @@ logger = logging.getLogger("shopsimrl_core.environment")
 TERMINATION_REASONS = ("action_limit", "generation_length")
 _LEASE_KEYS = ("env_idx", "lease_id")
 _PRIVATE_RESET_KEYS = ("private_task_instruction", "goal_options", "reason_key")
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def sanitize_payload(payload: dict[str, Any], *, reset: bool = False) -> dict[str, Any]:
@@ -67,9 +68,9 @@ class ShopSimulatorClient:
     **Parameters:** ``base_url``; ``timeout`` (seconds for every call except the read of ``reset``);
     ``persona`` (sent as ``if_persona``); ``max_connections`` (per pool); ``transport`` (the httpx
     seam, shared by both pools; it wins over ``http_transport``); ``http_transport`` (``auto`` |
-    ``httpx`` | ``streams``, see ``_transport.py``); ``expected_environment_versions`` (None: any version accepted and recorded);
-    ``expected_observation_versions`` (None: the versions this runtime knows; an empty collection
-    disables the check).
+    ``aiohttp`` | ``httpx``, see ``_http.py``); ``expected_environment_versions`` (None: any version
+    accepted and recorded); ``expected_observation_versions`` (None: the versions this runtime
+    knows; an empty collection disables the check).
     """
 
     def __init__(
@@ -93,16 +94,18 @@ class ShopSimulatorClient:
             frozenset(expected_environment_versions) if expected_environment_versions is not None else None
         )
         observation_versions = (
-            KNOWN_OBSERVATION_VERSIONS if expected_observation_versions is None else frozenset(expected_observation_versions)
+            KNOWN_OBSERVATION_VERSIONS
+            if expected_observation_versions is None
+            else frozenset(expected_observation_versions)
         )
         self.expected_observation_versions = observation_versions or None
         self._transport = transport
         self.http_transport = http_transport
         select_transport(self.url, mode=http_transport)  # a bad mode fails here, not at the first call
-        self._step_client: httpx.AsyncClient | None = None
-        self._reset_client: httpx.AsyncClient | None = None
+        self._step_client: Any = None
+        self._reset_client: Any = None
         self._closed = False
-        # resets whose episode was cancelled mid-request: finished and released before aclose (CORE-RUN)
+        # resets whose episode was cancelled mid-request: finished and released before aclose
         self._orphan_resets: set[asyncio.Task[Any]] = set()
 
     @property
@@ -112,32 +115,28 @@ class ShopSimulatorClient:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _clients(self) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+    def _clients(self) -> tuple[Any, Any]:
         if self._closed:
             raise RuntimeError("Cannot send a request, as the environment client has been closed.")
         if self._step_client is None or self._reset_client is None:
-            limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
-            # proxies are never honoured for the environment (§8.1): trust_env=False
-            # each pool gets its own selected transport: blocked resets must not hold step connections
-            step_transport, reset_transport = (
-                (self._transport, self._transport)
-                if self._transport is not None
-                else tuple(
-                    select_transport(self.url, mode=self.http_transport, max_connections=self.max_connections) for _ in range(2)
+            # proxies are never honoured for the environment (§8.1): trust_env=False.
+            # Two pools: blocked resets must not hold the connections of running episodes' steps.
+            def engine(read_timeout: float | None) -> Any:
+                return build_engine(
+                    self.url,
+                    mode=self.http_transport,
+                    timeout=self.timeout,
+                    read_timeout=read_timeout,
+                    max_connections=self.max_connections,
+                    trust_env=False,
+                    transport=self._transport,
                 )
-            )
-            self._step_client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, pool=None), limits=limits, trust_env=False, transport=step_transport
-            )
-            self._reset_client = httpx.AsyncClient(
-                timeout=httpx.Timeout(connect=self.timeout, read=None, write=self.timeout, pool=None),
-                limits=limits,
-                trust_env=False,
-                transport=reset_transport,
-            )
+
+            self._step_client = engine(self.timeout)
+            self._reset_client = engine(None)
         return self._step_client, self._reset_client
 
-    async def __aenter__(self) -> "ShopSimulatorClient":
+    async def __aenter__(self) -> ShopSimulatorClient:
         self._clients()
         return self
 
@@ -154,7 +153,7 @@ class ShopSimulatorClient:
                 await client.aclose()
         self._step_client = self._reset_client = None
 
-    def _adopt_cancelled_reset(self, post: "asyncio.Future[dict[str, Any]]") -> None:
+    def _adopt_cancelled_reset(self, post: asyncio.Future[dict[str, Any]]) -> None:
         # The server may grant a lease for a reset whose caller was cancelled: wait for the answer
         # in the background and release that lease, so a Ctrl-C never leaks a slot.
         async def finish() -> None:
@@ -165,7 +164,9 @@ class ShopSimulatorClient:
             env_idx, lease_id = result.get("env_idx"), result.get("lease_id")
             if isinstance(env_idx, int) and isinstance(lease_id, str) and lease_id:
                 try:
-                    await self._post({"action": "release_one", "env_idx": env_idx, "lease_id": lease_id}, env_idx=env_idx)
+                    await self._post(
+                        {"action": "release_one", "env_idx": env_idx, "lease_id": lease_id}, env_idx=env_idx
+                    )
                 except Exception as exc:
                     logger.warning("release_one after a cancelled reset of environment %s failed: %s", env_idx, exc)
 
@@ -173,7 +174,7 @@ class ShopSimulatorClient:
         self._orphan_resets.add(task)
         task.add_done_callback(self._orphan_resets.discard)
 
-    def session(self) -> "EnvironmentSession":
+    def session(self) -> EnvironmentSession:
         """A new lease scope for one episode (no request is sent until ``reset``)."""
         return EnvironmentSession(self)
 
@@ -185,15 +186,15 @@ class ShopSimulatorClient:
         """
         step, _ = self._clients()
         try:
-            response = await step.get(self.base_url + "/healthz")
-        except httpx.RequestError as exc:
+            response = await step.request("GET", self.base_url + "/healthz")
+        except TransportError as exc:
             raise ShopSimulatorError(
-                f"environment health check failed: {type(exc).__name__}: {exc}; is the server at {self.base_url} running?"
+                f"environment health check failed: {exc}; is the server at {self.base_url} running?"
             ) from exc
-        if response.status_code != 200:
-            raise ShopSimulatorError(f"environment health check answered HTTP {response.status_code}: {response.text[:300]}")
+        if response.status != 200:
+            raise ShopSimulatorError(f"environment health check answered HTTP {response.status}: {response.text[:300]}")
         try:
-            body = response.json()
+            body = loads(response.data)
         except ValueError as exc:
             raise ShopSimulatorError("environment health check did not return JSON") from exc
         if not isinstance(body, dict):
@@ -207,16 +208,15 @@ class ShopSimulatorClient:
         step, reset = self._clients()
         client = reset if payload["action"] == "reset" else step
         action = payload["action"]
-        content = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         try:
-            response = await client.post(self.url, content=content, headers={"Content-Type": "application/json"})
-        except httpx.RequestError as exc:
+            response = await client.request("POST", self.url, dumps(payload), _JSON_HEADERS)
+        except TransportError as exc:
             raise ShopSimulatorError(
-                f"environment {action} request failed: {type(exc).__name__}: {exc}", env_idx=env_idx, action=action
+                f"environment {action} request failed: {exc}", env_idx=env_idx, action=action
             ) from exc
-        status = response.status_code
+        status = response.status
         try:
-            body = response.json()
+            body = loads(response.data)
         except ValueError:
             body = None
         result = body.get("result") if isinstance(body, dict) else None
@@ -230,13 +230,20 @@ class ShopSimulatorClient:
             )
         if not 200 <= status < 300:
             detail = error if error else response.text[:300]
-            raise ShopSimulatorError(f"environment {action} failed with HTTP {status}: {detail}", env_idx=env_idx, action=action, status=status)
+            raise ShopSimulatorError(
+                f"environment {action} failed with HTTP {status}: {detail}",
+                env_idx=env_idx,
+                action=action,
+                status=status,
+            )
         if not isinstance(result, dict):
             raise ShopSimulatorError(
                 f"environment {action} response has no result object", env_idx=env_idx, action=action, status=status
             )
         if error:
-            raise ShopSimulatorError(f"environment {action} error: {error}", env_idx=env_idx, action=action, status=status)
+            raise ShopSimulatorError(
+                f"environment {action} error: {error}", env_idx=env_idx, action=action, status=status
+            )
         return result
 
     def _check_observation(self, result: dict[str, Any], action: str, env_idx: int | None) -> str:
@@ -245,7 +252,8 @@ class ShopSimulatorClient:
         state = result.get("observation_state")
         if not isinstance(state, dict) or not isinstance(state.get("observation_version"), str):
             raise ShopSimulatorError(
-                f"environment {action} result has no observation_state with a string observation_version", env_idx=env_idx
+                f"environment {action} result has no observation_state with a string observation_version",
+                env_idx=env_idx,
             )
         version = state["observation_version"]
         if self.expected_observation_versions is not None and version not in self.expected_observation_versions:
@@ -271,7 +279,7 @@ class EnvironmentSession:
         self.observation_version: str | None = None
         self.done = False
 
-    async def __aenter__(self) -> "EnvironmentSession":
+    async def __aenter__(self) -> EnvironmentSession:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -310,7 +318,9 @@ class EnvironmentSession:
         else:
             raise ShopSimulatorError("environment reset result has no integer env_idx and string lease_id")
         if "instruction" in result:
-            raise ShopSimulatorError("environment reset carries the retired key 'instruction'; the server is incompatible", env_idx=env_idx)
+            raise ShopSimulatorError(
+                "environment reset carries the retired key 'instruction'; the server is incompatible", env_idx=env_idx
+            )
         if not isinstance(result.get("task_instruction"), str):
             raise ShopSimulatorError("environment reset result has no string task_instruction", env_idx=env_idx)
         self.observation_version = self.client._check_observation(result, "reset", env_idx)
@@ -318,7 +328,8 @@ class EnvironmentSession:
         expected = self.client.expected_environment_versions
         if expected is not None and version not in expected:
             raise ShopSimulatorError(
-                f"environment_version {version!r} is not supported (expected one of {sorted(expected)})", env_idx=env_idx
+                f"environment_version {version!r} is not supported (expected one of {sorted(expected)})",
+                env_idx=env_idx,
             )
         self.environment_version = version if isinstance(version, str) else None
         self.done = False
@@ -359,7 +370,8 @@ class EnvironmentSession:
         self.client._check_observation(result, "terminate", self.env_idx)
         if result.get("termination_reason") != reason:
             raise ShopSimulatorError(
-                f"environment terminate echoed termination_reason {result.get('termination_reason')!r}, expected {reason!r}",
+                f"environment terminate echoed termination_reason {result.get('termination_reason')!r}, expected "
+                f"{reason!r}",
                 env_idx=self.env_idx,
             )
         self.done = True
@@ -388,5 +400,7 @@ class EnvironmentSession:
             # cancelled while releasing: let the release finish (bounded), then propagate
             await asyncio.wait([release], timeout=self.client.timeout)
             if release.done() and not release.cancelled() and release.exception() is not None:
-                logger.warning("release_one of environment %s failed during cancellation: %s", env_idx, release.exception())
+                logger.warning(
+                    "release_one of environment %s failed during cancellation: %s", env_idx, release.exception()
+                )
             raise

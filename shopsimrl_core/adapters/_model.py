@@ -1,9 +1,9 @@
-"""The model adapter: an async OpenAI-compatible chat-completions client (runtime spec §7).
+"""The model adapter: an async OpenAI-compatible chat-completions client (runtime-semantics §7).
 
-One :class:`ChatModelClient` holds ONE pooled ``httpx.AsyncClient`` for its endpoint for the whole
-run; every episode in flight shares it. ``complete()`` sends the §7.1 body, retries exactly the
+One :class:`ChatModelClient` holds ONE pooled HTTP engine (``_http.py``: aiohttp by default) for its
+endpoint for the whole run; every episode in flight shares it. ``complete()`` sends the §7.1 body, retries exactly the
 §7.2 failures with capped exponential backoff, assembles SSE streams (§7.5) and validates the
-answer (§7.3) into a :class:`ModelOutput`.
+answer (§7.3, ``_validation.py``) into a :class:`ModelOutput`.
 
 A 2xx answer with an unusable body is never retried: it becomes a protocol error, or the single
 policy failure ``generation_length``, on the returned output. Only transport trouble and the
@@ -11,6 +11,9 @@ retryable statuses consume HTTP attempts; running out of them raises :class:`Mod
 
 The API key is read from the environment variable named by ``api_key_env`` at request time and
 is never logged, stored, or put into an exception message.
+
+Response validation and the output record live in ``_validation.py``; the incrementally encoded
+message list in ``_conversation.py``.
 """
 
 from __future__ import annotations
@@ -22,54 +25,38 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import InferenceError
-from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
-from shopsimrl_core.adapters._transport import select_transport
 from shopsimrl_core._versions import MODEL_PROVIDER
+from shopsimrl_core.adapters._conversation import Conversation
+from shopsimrl_core.adapters._http import (
+    UNDECODED,
+    TransportError,
+    build_engine,
+    dumps,
+    dumps_strict,
+    fast_loads,
+    has_non_finite,
+    select_transport,
+)
+from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
+from shopsimrl_core.adapters._validation import ModelOutput, validate_completion
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "ChatModelClient",
-    "ModelOutput",
     "ModelRequestError",
     "RETRYABLE_STATUSES",
     "backoff_delay",
-    "validate_completion",
     "model_identity",
-    "PROTOCOL_ERROR_CODES",
 ]
 
 logger = logging.getLogger("shopsimrl_core.model")
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
-
-#: every protocol-error code: the 17 adapter codes of §7.3 plus the runtime's own (§9.5)
-PROTOCOL_ERROR_CODES = (
-    "invalid_json_response",
-    "invalid_response_body",
-    "missing_choices",
-    "invalid_choice",
-    "invalid_message",
-    "invalid_tool_calls",
-    "invalid_tool_call",
-    "missing_function",
-    "missing_tool_call_id",
-    "missing_tool_name",
-    "invalid_arguments_type",
-    "invalid_arguments_json",
-    "invalid_arguments_object",
-    "unavailable_tool",
-    "tool_call_count",
-    "mixed_content",
-    "empty_response",
-    "invalid_tool_arguments",
-)
-
-GENERATION_LENGTH_MESSAGE = "model generation reached max_tokens before returning exactly one valid tool call"
 
 
 class ModelRequestError(InferenceError):
@@ -81,153 +68,10 @@ class ModelRequestError(InferenceError):
     code = "model-request-failed"
 
 
-@dataclass
-class ModelOutput:
-    """One parsed model answer, stored as ``steps[].model`` (§7.4)."""
-
-    content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    """``[{call_id, name, arguments (parsed object), raw_arguments (string as received)}]``"""
-    finish_reason: Any = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    response_id: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    latency_ms: float = 0.0
-    """Wall time from the start of the first HTTP attempt to the return, backoff included (ms)."""
-    protocol_error: dict[str, str] | None = None
-    policy_failure: dict[str, str] | None = None
-    raw_response: Any = None
-    """The full body, only for rejected outputs (else None)."""
-    body: Any = field(default=None, repr=False, compare=False)
-    """The received body (assembled for streams). Not serialised; kept so a later rejection can store it."""
-    attempts: int = field(default=1, compare=False)
-    """HTTP attempts used (not serialised; see the step's timing block)."""
-
-    def reject(self, code: str, message: str) -> None:
-        """Mark this output as a protocol error (runtime checks of §9.1 step 4.4)."""
-        self.protocol_error = {"code": code, "message": message}
-        if self.raw_response is None:
-            self.raw_response = self.body
-
-    def to_dict(self) -> dict[str, Any]:
-        """The §7.4 record, keys in contract order."""
-        return {
-            "content": self.content,
-            "reasoning": self.reasoning,
-            "tool_calls": [dict(call) for call in self.tool_calls],
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "response_id": self.response_id,
-            "metadata": self.metadata,
-            "latency_ms": self.latency_ms,
-            "protocol_error": self.protocol_error,
-            "policy_failure": self.policy_failure,
-            "raw_response": self.raw_response,
-        }
-
-
 def backoff_delay(attempt: int, base: float, jitter: float) -> float:
     """Sleep after failed attempt *attempt* (0-based): ``min(b·2^a, 30) + U·min(b·2^a, 1)``, U in [0, 1)."""
     raw = base * (2**attempt)
     return min(raw, 30.0) + jitter * min(raw, 1.0)
-
-
-def _text(value: Any) -> str | None:
-    """content / reasoning normalisation of §7.4: strings kept, part lists joined, others ``str``-ed."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = []
-        for part in value:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif isinstance(part, str):
-                parts.append(part)
-        return "".join(parts)
-    return str(value)
-
-
-def _blank(text: str | None) -> bool:
-    return text is None or not text.strip()
-
-
-def validate_completion(body: Any, offered: list[str]) -> ModelOutput:
-    """Validate a decoded response body against §7.3 (checks 2–18, first failure wins).
-
-    *offered* holds the names of the tools in the request (empty: no tools offered). Never raises
-    for a bad body: the failure is recorded on the returned output.
-    """
-    out = ModelOutput(body=body)
-
-    def fail(code: str, message: str) -> ModelOutput:
-        out.protocol_error = {"code": code, "message": message}
-        out.raw_response = body
-        return out
-
-    if not isinstance(body, dict):
-        return fail("invalid_response_body", "model response body must be a JSON object")
-    out.usage = body["usage"] if isinstance(body.get("usage"), dict) else {}
-    out.response_id = body["id"] if isinstance(body.get("id"), str) else None
-    out.metadata = {key: body[key] for key in ("created", "system_fingerprint", "service_tier") if key in body}
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return fail("missing_choices", "model response has no choices")
-    choice = choices[0]
-    if not isinstance(choice, dict):
-        return fail("invalid_choice", "model response choice must be an object")
-    out.finish_reason = choice.get("finish_reason")
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        return fail("invalid_message", "model response choice has no message object")
-    out.content = _text(message.get("content"))
-    reasoning = message.get("reasoning_content")
-    if reasoning is None:
-        reasoning = message.get("reasoning")
-    out.reasoning = _text(reasoning)
-    raw_calls = message.get("tool_calls")
-    if raw_calls is not None and not isinstance(raw_calls, list):
-        return fail("invalid_tool_calls", "model tool_calls must be a list")
-    for raw in raw_calls or []:
-        if not isinstance(raw, dict) or raw.get("type") != "function":
-            return fail("invalid_tool_call", "model returned an invalid function tool call")
-        function = raw.get("function")
-        if not isinstance(function, dict):
-            return fail("missing_function", "tool call has no function object")
-        call_id = raw.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            return fail("missing_tool_call_id", "tool call has no id")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            return fail("missing_tool_name", "tool call has no function name")
-        raw_arguments = function.get("arguments")
-        if not isinstance(raw_arguments, str):
-            return fail("invalid_arguments_type", "tool call arguments must be a JSON string")
-        try:
-            arguments = json.loads(raw_arguments)
-        except json.JSONDecodeError as exc:
-            return fail("invalid_arguments_json", f"tool call arguments are not valid JSON: {exc}")
-        if not isinstance(arguments, dict):
-            return fail("invalid_arguments_object", "tool call arguments must decode to an object")
-        out.tool_calls.append({"call_id": call_id, "name": name, "arguments": arguments, "raw_arguments": raw_arguments})
-        if offered and name not in offered:
-            return fail("unavailable_tool", f"model called unavailable tool: {name}")
-    count = len(out.tool_calls)
-    if offered and out.finish_reason == "length" and count != 1:
-        out.policy_failure = {"code": "generation_length", "message": GENERATION_LENGTH_MESSAGE}
-        out.raw_response = body
-        return out
-    if offered and count != 1:
-        return fail("tool_call_count", f"model must return exactly one tool call, got {count}")
-    if offered and not _blank(out.content):
-        return fail("mixed_content", "model must not mix natural-language content with an action tool call")
-    if count == 0 and _blank(out.content):
-        return fail(
-            "empty_response",
-            f"model returned neither content nor tool calls (finish_reason={out.finish_reason!r}, "
-            f"reasoning_chars={len(out.reasoning or '')})",
-        )
-    return out
 
 
 def model_identity(
@@ -289,7 +133,7 @@ class ChatModelClient:
     HTTP attempts), ``retry_backoff_seconds`` (backoff base), sampling settings, ``stream`` (SSE),
     ``trust_env`` (honour proxy variables), ``max_connections`` (pool size), ``transport`` (the
     httpx seam; tests pass a ``MockTransport``; it wins over ``http_transport``), ``http_transport``
-    (``auto`` | ``httpx`` | ``streams``: which transport serves the pool, see ``_transport.py``).
+    (``auto`` | ``aiohttp`` | ``httpx``: which HTTP engine serves the pool, see ``_http.py``).
     """
 
     def __init__(
@@ -336,11 +180,16 @@ class ChatModelClient:
         self.max_connections = max_connections
         self.checkpoint_id = checkpoint_id
         self.http_transport = http_transport
-        # an explicit transport wins; otherwise the selection (fails early on a bad mode)
-        self._transport = transport if transport is not None else select_transport(
-            self.url, mode=http_transport, trust_env=trust_env, max_connections=max_connections
-        )
-        self._client: httpx.AsyncClient | None = None
+        self._transport = transport
+        select_transport(
+            self.url, mode=http_transport, trust_env=trust_env
+        )  # a bad mode fails here, not at the first call
+        self._client: Any = None
+        self._prefix = b'{"model":' + dumps(model) + b',"messages":'
+        # the body's keys after "messages" come from build_body; extra_body may not shadow the first two.
+        # Non-finite floats in the settings (only they can hold floats) take the stdlib's spelling.
+        self._finite = not has_non_finite([temperature, top_p, self.extra_body])
+        self._spliced = "model" not in self.extra_body and "messages" not in self.extra_body and self._finite
         self._closed = False
         # seams for tests: the sleep used for backoff and the jitter source
         self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
@@ -348,22 +197,25 @@ class ChatModelClient:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> Any:
         if self._closed:
             raise RuntimeError("Cannot send a request, as the model client has been closed.")
         if self._client is None:
-            # pool=None: waiting for a pooled connection is not an HTTP attempt timing out
-            timeout = httpx.Timeout(self.timeout, pool=None)
-            limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
-            self._client = httpx.AsyncClient(
-                timeout=timeout, limits=limits, trust_env=self.trust_env, transport=self._transport
+            self._client = build_engine(
+                self.url,
+                mode=self.http_transport,
+                timeout=self.timeout,
+                read_timeout=self.timeout,
+                max_connections=self.max_connections,
+                trust_env=self.trust_env,
+                transport=self._transport,
             )
         return self._client
 
     @classmethod
     def from_config(
         cls, model: Any, *, transport: httpx.AsyncBaseTransport | None = None, **overrides: Any
-    ) -> "ChatModelClient":
+    ) -> ChatModelClient:
         """Build the client for a config's ``model`` section (``_config.ModelConfig``).
 
         Every setting comes from the section; ``overrides`` replace individual keyword arguments
@@ -392,7 +244,7 @@ class ChatModelClient:
         settings.update(overrides)
         return cls(transport=transport, **settings)
 
-    async def __aenter__(self) -> "ChatModelClient":
+    async def __aenter__(self) -> ChatModelClient:
         self._http()
         return self
 
@@ -427,7 +279,9 @@ class ChatModelClient:
 
     # -- request --------------------------------------------------------------------------------
 
-    def build_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None) -> dict[str, Any]:
+    def build_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None
+    ) -> dict[str, Any]:
         """The request body of §7.1, keys in contract order (later keys overwrite ``extra_body``)."""
         body: dict[str, Any] = {
             "model": self.model,
@@ -445,6 +299,22 @@ class ChatModelClient:
             body["tools"] = tools
             body["tool_choice"] = self.tool_choice
         return body
+
+    def encode_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None
+    ) -> bytes:
+        """The bytes of :meth:`build_body` as sent: compact UTF-8 JSON, keys in the same order.
+
+        A :class:`Conversation` contributes the kept bytes of its earlier messages; only the new
+        ones are encoded.
+        """
+        if not self._spliced:
+            return dumps_strict(self.build_body(list(messages), tools, seed))
+        rest = self.build_body([], tools, seed)
+        del rest["model"], rest["messages"]
+        items: Any = messages.encoded_items() if isinstance(messages, Conversation) else b",".join(map(dumps, messages))
+        # one copy of the conversation's bytes into the body, none into intermediate objects
+        return b"".join((self._prefix, b"[", items, b"],", dumps(rest)[1:]))
 
     def sent_seed(self, seed: int | None) -> int | None:
         """The seed that goes on the wire for *seed* (None when seeds are not sent)."""
@@ -478,9 +348,10 @@ class ChatModelClient:
         """
         headers = self._headers()
         client = self._http()
-        body = self.build_body(messages, tools, seed)
-        content = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        offered = [t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        content = self.encode_body(messages, tools, seed)
+        offered = [
+            t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
+        ]
         started = time.perf_counter()
         last_error = ""
         for attempt in range(self.max_retries):
@@ -494,8 +365,8 @@ class ChatModelClient:
                 return output
             except _Retryable as exc:
                 last_error = str(exc)
-            except httpx.RequestError as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
+            except TransportError as exc:
+                last_error = str(exc)
             except StreamFailure as exc:
                 last_error = f"broken stream: {exc}"
             logger.warning("model attempt %d/%d failed: %s", attempt + 1, self.max_retries, last_error[:300])
@@ -512,29 +383,35 @@ class ChatModelClient:
         raise ModelRequestError(f"non-retryable model HTTP {status}: {text[:500]}")
 
     async def _attempt_plain(
-        self, client: httpx.AsyncClient, content: bytes, headers: dict[str, str], offered: list[str]
+        self, client: Any, content: bytes, headers: dict[str, str], offered: list[str]
     ) -> ModelOutput:
-        response = await client.post(self.url, content=content, headers=headers)
-        text = response.text
-        self._check_status(response.status_code, text)
-        try:
-            body = json.loads(text)
-        except json.JSONDecodeError as exc:
-            out = ModelOutput(body=None)
-            out.protocol_error = {"code": "invalid_json_response", "message": f"model response is not valid JSON: {exc}"}
-            out.raw_response = {"text": text[:4000]}
-            return out
+        reply = await client.request("POST", self.url, content, headers)
+        if not 200 <= reply.status < 300:
+            self._check_status(reply.status, reply.text)
+        body = fast_loads(reply.data)
+        if body is UNDECODED:  # not for orjson: the stdlib decides, on the text, with its own error message
+            text = reply.text
+            try:
+                body = json.loads(text)
+            except json.JSONDecodeError as exc:
+                out = ModelOutput(body=None)
+                out.protocol_error = {
+                    "code": "invalid_json_response",
+                    "message": f"model response is not valid JSON: {exc}",
+                }
+                out.raw_response = {"text": text[:4000]}
+                return out
         return validate_completion(body, offered)
 
     async def _attempt_stream(
-        self, client: httpx.AsyncClient, content: bytes, headers: dict[str, str], offered: list[str]
+        self, client: Any, content: bytes, headers: dict[str, str], offered: list[str]
     ) -> ModelOutput:
-        async with client.stream("POST", self.url, content=content, headers=headers) as response:
-            if not 200 <= response.status_code < 300:
-                text = (await response.aread()).decode("utf-8", errors="replace")
-                self._check_status(response.status_code, text)
+        async with client.stream("POST", self.url, content, headers) as response:
+            if not 200 <= response.status < 300:
+                text = (await response.read()).decode("utf-8", errors="replace")
+                self._check_status(response.status, text)
             assembler = StreamAssembler()
             # read to the end even after [DONE] so the connection goes back to the pool
-            async for line in response.aiter_lines():
+            async for line in response.lines():
                 assembler.feed_line(line)
         return validate_completion(assembler.body(), offered)

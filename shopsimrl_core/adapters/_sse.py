@@ -1,4 +1,4 @@
-"""Assembly of a streamed chat completion (runtime spec §7.5).
+"""Assembly of a streamed chat completion (runtime-semantics §7.5).
 
 The stream is turned back into the body a non-streaming call would have returned, so that the same
 §7.3 validation applies to both modes. A malformed stream is a :class:`StreamFailure`, which the

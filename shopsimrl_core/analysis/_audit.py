@@ -6,7 +6,7 @@
 - and, on the side, the per-episode latest records a summary presentation needs (category, reward,
   success) and failures by stage.
 
-A line that is not JSON at all is a torn write left by a killed process (runtime spec §6.5: the
+A line that is not JSON at all is a torn write left by a killed process (runtime-semantics §6.5: the
 store skips it and repairs the file on the next append). It is counted, not treated as invalid.
 The pipeline's blocking checks are thin wrappers over :func:`audit_traces`.
 """
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import TraceFormatError
-from shopsimrl_core.runs._store import iter_trace_lines
+from shopsimrl_core._hashing import json_object
 from shopsimrl_core.episode._trace import is_complete, validate_trace
+from shopsimrl_core.runs._jsonl import iter_trace_lines
 
 __all__ = ["EpisodeOutcome", "TraceAudit", "audit_traces", "goal_leaks"]
 
@@ -83,11 +84,16 @@ def _secrets(record: dict[str, Any], goal: dict[str, Any]) -> list[tuple[str, st
         hidden = persona.get("__reasoning__")
         if isinstance(hidden, str) and len(hidden.strip()) >= _MIN_SECRET_CHARS:
             secrets.append(("goal.user_persona.__reasoning__", hidden.strip()))
-    reset = record.get("reset") if isinstance(record.get("reset"), dict) else {}
+    reset = json_object(record.get("reset"))
     full = goal.get("instruction_text")
     shown = reset.get("task_instruction")
     # In persona mode the agent sees the short request; the full instruction is the private goal.
-    if isinstance(full, str) and len(full.strip()) >= _MIN_SECRET_CHARS and isinstance(shown, str) and full.strip() != shown.strip():
+    if (
+        isinstance(full, str)
+        and len(full.strip()) >= _MIN_SECRET_CHARS
+        and isinstance(shown, str)
+        and full.strip() != shown.strip()
+    ):
         if full.strip() not in shown:
             secrets.append(("goal.instruction_text", full.strip()))
     return secrets
@@ -96,7 +102,11 @@ def _secrets(record: dict[str, Any], goal: dict[str, Any]) -> list[tuple[str, st
 def _visible_texts(record: dict[str, Any]) -> list[tuple[str, str]]:
     texts: list[tuple[str, str]] = []
     for index, message in enumerate(record.get("conversation") or []):
-        if isinstance(message, dict) and message.get("role") in _VISIBLE_ROLES and isinstance(message.get("content"), str):
+        if (
+            isinstance(message, dict)
+            and message.get("role") in _VISIBLE_ROLES
+            and isinstance(message.get("content"), str)
+        ):
             texts.append((f"conversation.{index} ({message['role']})", message["content"]))
     for step in record.get("steps") or []:
         if isinstance(step, dict) and isinstance(step.get("observation"), str):
@@ -131,13 +141,13 @@ def _number(value: Any) -> float | None:
 
 
 def _outcome(record: dict[str, Any]) -> EpisodeOutcome:
-    final = record.get("final") if isinstance(record.get("final"), dict) else {}
+    final = json_object(record.get("final"))
     completed = is_complete(record)
-    detail = final.get("reward_detail") if isinstance(final.get("reward_detail"), dict) else {}
+    detail = json_object(final.get("reward_detail"))
     goal = _goal_of(record) or {}
     category = str(goal.get("category") or "unknown").split("›")[0].strip() or "unknown"
-    error = record.get("error") if isinstance(record.get("error"), dict) else {}
-    job = record.get("job") if isinstance(record.get("job"), dict) else {}
+    error = json_object(record.get("error"))
+    job = json_object(record.get("job"))
     return EpisodeOutcome(
         episode_id=record["episode_id"],
         task_id=job.get("task_id"),
@@ -153,7 +163,7 @@ def audit_traces(path: str | os.PathLike[str]) -> TraceAudit:
     """Read a traces file once, line by line, and report validity, torn lines, leaks and outcomes.
 
     Promises: never loads the whole file; a missing file gives an empty audit; the last valid line
-    of an episode wins as its latest record (spec §6.5); blank lines are not counted.
+    of an episode wins as its latest record (runtime-semantics §6.5); blank lines are not counted.
     """
     audit = TraceAudit(path=Path(path))
     for line in iter_trace_lines(audit.path):

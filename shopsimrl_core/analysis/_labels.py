@@ -6,7 +6,7 @@ labels table can be rebuilt bit for bit from ``traces.jsonl`` at any time. Each 
 
 Outcome classes (one per episode, first match wins, in this order):
 
-    failed               the latest record is not complete (runtime spec §6.6)
+    failed               the latest record is not complete (runtime-semantics §6.6)
     generation_length    policy failure; zero reward (§12.3)
     action_limit         no purchase before the step / action limit
     success              purchase with r_success = 1
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,10 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import TraceFormatError
-from shopsimrl_core._hashing import canonical_json, sha256_file
-from shopsimrl_core.runs._store import iter_trace_lines
-from shopsimrl_core.episode._trace import is_complete
+from shopsimrl_core._hashing import atomic_output, canonical_json, sha256_file
 from shopsimrl_core._versions import EPISODE_LABELS_SCHEMA
+from shopsimrl_core.analysis._episode_features import (
+    BudgetFeatures,
+    BuyFeatures,
+    EpisodeView,
+    ErrorFeatures,
+    ProductFeatures,
+    budget_features,
+    buy_features,
+    category_key,
+    error_features,
+    loop_steps,
+    num,
+    outcome_of,
+    product_features,
+    result_page_steps,
+    search_features,
+)
+from shopsimrl_core.episode._trace import is_complete
+from shopsimrl_core.runs._jsonl import iter_trace_lines
 
 __all__ = [
     "OUTCOME_CLASSES",
@@ -68,8 +84,6 @@ OUTCOME_CLASSES: tuple[str, ...] = (
 )
 FAILURE_OUTCOMES: frozenset[str] = frozenset(OUTCOME_CLASSES) - {"success"}
 
-_CATEGORY_SPLIT = re.compile(r"\s*[›>/\\]\s*")
-_BUDGET_KEY = re.compile(r"预算|budget|价位|价格", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- trace reading
@@ -102,57 +116,12 @@ def iter_latest_records(traces_path: str | os.PathLike[str]) -> Iterator[dict[st
 # --------------------------------------------------------------------------- one episode
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _category_key(category: Any) -> str | None:
-    if not isinstance(category, str) or not category.strip():
-        return None
-    parts = [p.strip() for p in _CATEGORY_SPLIT.split(category) if p.strip()]
-    return " > ".join(parts[:2]) if parts else None
-
-
-def _state_key(state: dict[str, Any]) -> tuple[Any, ...]:
-    page = state.get("page_type")
-    if page == "search_results":
-        return (page, state.get("search_text"), state.get("page"))
-    if page == "product_detail":
-        product = state.get("product") if isinstance(state.get("product"), dict) else {}
-        return (page, product.get("asin"))
-    return (page,)
-
-
-def _outcome(record: dict[str, Any], detail: dict[str, Any], termination: str | None) -> tuple[str, list[str]]:
-    if not is_complete(record):
-        return "failed", []
-    components = [k for k in ("r_type", "r_att", "r_option", "r_price") if (_num(detail.get(k)) or 0.0) < 1.0]
-    if termination == "generation_length":
-        return "generation_length", components
-    if termination == "action_limit":
-        return "action_limit", components
-    if termination != "purchase":
-        return "other", components
-    if detail.get("r_success") == 1:
-        return "success", []
-    if "r_type" in components:
-        return "wrong_type", components
-    if "r_att" in components:
-        return "missing_attributes", components
-    if "r_option" in components:
-        return "wrong_option", components
-    if "r_price" in components:
-        return ("over_budget" if detail.get("price_verifiable") is True else "price_unverifiable"), components
-    return "other", components
-
-
 def label_episode(record: dict[str, Any]) -> dict[str, Any]:
     """Return the label row of one trace record (a dict of plain values, one key per column).
 
-    Deterministic and total: any record with an ``episode_id`` gets a row; missing parts of a
-    failed or evaluator-boundary record give empty evidence, never an exception.
+    Deterministic and total: any record with an ``episode_id`` gets a row; missing or malformed
+    parts of a record give empty evidence, never an exception. The row is assembled from the
+    feature extractors of ``_episode_features``, each a pure function of one typed view.
 
     Raises:
         TraceFormatError: the record has no ``episode_id``.
@@ -160,173 +129,25 @@ def label_episode(record: dict[str, Any]) -> dict[str, Any]:
     eid = record.get("episode_id")
     if not isinstance(eid, str) or not eid:
         raise TraceFormatError("trace record has no episode_id; it cannot be labelled")
-    job = record.get("job") if isinstance(record.get("job"), dict) else {}
-    provenance = record.get("provenance") if isinstance(record.get("provenance"), dict) else {}
-    model_prov = provenance.get("model") if isinstance(provenance.get("model"), dict) else {}
-    skills_prov = provenance.get("skills") if isinstance(provenance.get("skills"), dict) else {}
-    final = record.get("final") if isinstance(record.get("final"), dict) else {}
-    detail = final.get("reward_detail") if isinstance(final.get("reward_detail"), dict) else {}
-    goal = final.get("goal") if isinstance(final.get("goal"), dict) else {}
-    purchase = final.get("purchase") if isinstance(final.get("purchase"), dict) else {}
-    reset = record.get("reset") if isinstance(record.get("reset"), dict) else {}
-    steps = [s for s in record.get("steps") or [] if isinstance(s, dict)]
+    view = EpisodeView.from_record(record, eid)
+    outcome, components = outcome_of(view)
+    search = search_features(view)
+    pages = result_page_steps(view)
+    products = product_features(view)
+    loops = loop_steps(view, search, products)
+    buys = buy_features(view)
+    errors = error_features(view)
+    budget = budget_features(view)
+    evidence = _evidence(view, outcome, search.steps, pages, loops, products, buys, errors, budget)
 
-    termination = final.get("termination_reason") or detail.get("termination_reason")
-    termination = str(termination) if termination is not None else None
-    outcome, components = _outcome(record, detail, termination)
-
-    evidence: dict[str, list[int]] = {}
-
-    def add(label: str, step_index: int) -> None:
-        evidence.setdefault(label, [])
-        if step_index not in evidence[label]:
-            evidence[label].append(step_index)
-
-    search_steps: list[int] = []
-    page_steps: list[int] = []
-    pages_seen: set[tuple[Any, ...]] = set()
-    products_seen: list[Any] = []
-    loop_steps: list[int] = []
-    invalid_steps: list[int] = []
-    invalid_reasons: list[str] = []
-    protocol_steps: list[int] = []
-    protocol_codes: list[str] = []
-    premature_steps: list[int] = []
-    buy_attempts = 0
-    first_buy_incomplete: bool | None = None
-    purchase_step: int | None = None
-    purchased_view_step: int | None = None
-    option_steps_on_purchased: list[int] = []
-    option_steps: list[int] = []
-    policy_code: str | None = None
-    queries: list[str] = []
-    key_history: list[tuple[Any, ...]] = []
-    reset_state = reset.get("observation_state")
-    if isinstance(reset_state, dict):
-        key_history.append(_state_key(reset_state))
-    last_product: Any = None
-    purchased_asin = purchase.get("asin")
-
-    for position, step in enumerate(steps, start=1):
-        index = step.get("step_index") if isinstance(step.get("step_index"), int) else position
-        if isinstance(step.get("protocol_error"), dict):
-            protocol_steps.append(index)
-            protocol_codes.append(str(step["protocol_error"].get("code", "unknown")))
-        if isinstance(step.get("policy_failure"), dict):
-            policy_code = str(step["policy_failure"].get("code", "unknown"))
-        env = step.get("environment")
-        if not isinstance(env, dict):
-            continue
-        action = step.get("action") if isinstance(step.get("action"), str) else ""
-        feedback = env.get("action_feedback") if isinstance(env.get("action_feedback"), dict) else {}
-        valid = feedback.get("valid")
-        reason = feedback.get("reason")
-        if feedback and valid is False:
-            invalid_steps.append(index)
-            invalid_reasons.append(str(reason or "unknown"))
-        if action.startswith("search[") and valid is not False:
-            search_steps.append(index)
-            query = " ".join(action[len("search[") : -1].split()).casefold()
-            if query in queries:
-                loop_steps.append(index)
-            queries.append(query)
-        if action == "click[buy now]":
-            buy_attempts += 1
-            incomplete = reason == "incomplete_options"
-            if first_buy_incomplete is None:
-                first_buy_incomplete = incomplete
-            if incomplete:
-                premature_steps.append(index)
-        if env.get("done") is True and termination == "purchase" and valid is not False:
-            purchase_step = index
-        state = env.get("observation_state") if isinstance(env.get("observation_state"), dict) else {}
-        key = _state_key(state) if state else None
-        if state.get("page_type") == "search_results" and key not in pages_seen and key is not None:
-            pages_seen.add(key)
-            page_steps.append(index)
-        if state.get("page_type") == "product_detail":
-            product = state.get("product") if isinstance(state.get("product"), dict) else {}
-            asin = product.get("asin")
-            if asin != last_product:
-                if asin in products_seen:
-                    loop_steps.append(index)  # re-entered a product page already left once
-                products_seen.append(asin)
-            if action.startswith("click[") and "=" in action and valid is not False:
-                option_steps.append(index)
-            if asin is not None and asin == purchased_asin:
-                if purchased_view_step is None:
-                    purchased_view_step = index
-                if action.startswith("click[") and "=" in action and valid is not False:
-                    option_steps_on_purchased.append(index)
-            last_product = asin
-        elif state:
-            last_product = None
-        if key is not None:
-            # A-B-A-B oscillation between two page states counts even without a product page.
-            if len(key_history) >= 3 and key == key_history[-2] and key_history[-1] == key_history[-3] and key != key_history[-1]:
-                if index not in loop_steps:
-                    loop_steps.append(index)
-            key_history.append(key)
-
-    last_index = steps[-1].get("step_index", len(steps)) if steps else None
-    if outcome in ("action_limit", "generation_length") and isinstance(last_index, int):
-        add("outcome:" + outcome, last_index)
-    elif outcome == "wrong_option":
-        for i in option_steps_on_purchased:
-            add("outcome:wrong_option", i)
-        if purchase_step is not None:
-            add("outcome:wrong_option", purchase_step)
-    elif outcome in ("wrong_type", "missing_attributes"):
-        if purchased_view_step is not None:
-            add("outcome:" + outcome, purchased_view_step)
-        if purchase_step is not None:
-            add("outcome:" + outcome, purchase_step)
-    elif outcome != "failed" and purchase_step is not None:
-        add("outcome:" + outcome, purchase_step)
-    evidence.setdefault("outcome:" + outcome, [])
-
-    for i in search_steps:
-        add("behaviour:search", i)
-    for i in page_steps:
-        add("behaviour:result_page", i)
-    for i in sorted(loop_steps):
-        add("behaviour:loop", i)
-    for i in premature_steps:
-        add("behaviour:premature_buy", i)
-    for i, r in zip(invalid_steps, invalid_reasons):
-        add("invalid_action:" + r, i)
-    for i, c in zip(protocol_steps, protocol_codes):
-        add("protocol_error:" + c, i)
-
-    price_upper = _num(detail.get("price_upper"))
-    if price_upper is None:
-        price_upper = _num(goal.get("price_upper"))
-    resolution = detail.get("price_resolution") if isinstance(detail.get("price_resolution"), dict) else {}
-    purchase_price = _num(resolution.get("price"))
-    if purchase_price is None:
-        purchase_price = _num(purchase.get("price"))
-    if termination != "purchase":
-        budget_status = "no_purchase"
-    elif price_upper is None:
-        budget_status = "no_budget"
-    elif detail.get("price_verifiable") is not True or purchase_price is None:
-        budget_status = "unverifiable"
-    else:
-        budget_status = "respected" if purchase_price <= price_upper else "ignored"
-    if budget_status == "ignored" and purchase_step is not None:
-        add("budget:ignored", purchase_step)
-    persona = reset.get("user_persona") if isinstance(reset.get("user_persona"), dict) else {}
-    hints = {k: v for k, v in persona.items() if isinstance(k, str) and _BUDGET_KEY.search(k)}
-    persona_budget_hint = canonical_json(hints) if hints else None
-
-    labels = sorted(label for label in evidence)
-    if first_buy_incomplete:
+    labels = sorted(evidence)
+    if buys.first_incomplete:
         labels.append("behaviour:first_buy_incomplete_options")
-    if budget_status in ("respected", "ignored", "unverifiable"):
-        labels.append("budget:" + budget_status)
-    labels = sorted(set(labels))
-
-    r = {k: _num(detail.get(k)) for k in ("r_type", "r_att", "r_option", "r_price", "r_strict", "r_loose")}
+    if budget.status in ("respected", "ignored", "unverifiable"):
+        labels.append("budget:" + budget.status)
+    job, detail, goal = view.job, view.detail, view.goal
+    r = {k: num(detail.get(k)) for k in ("r_type", "r_att", "r_option", "r_price", "r_strict", "r_loose")}
+    goal_options = goal.get("goal_options")
     return {
         "schema_version": EPISODE_LABELS_SCHEMA,
         "episode_id": eid,
@@ -334,48 +155,86 @@ def label_episode(record: dict[str, Any]) -> dict[str, Any]:
         "sample_id": job.get("sample_id") if isinstance(job.get("sample_id"), int) else None,
         "split": str(job.get("split")) if job.get("split") is not None else None,
         "status": str(record.get("status")),
-        "checkpoint_id": model_prov.get("checkpoint_id"),
-        "skills_provider": skills_prov.get("provider"),
-        "skills_bank_sha256": skills_prov.get("bank_sha256"),
-        "selected_skill_ids": [s.get("skill_id") for s in record.get("selected_skills") or [] if isinstance(s, dict)],
+        "checkpoint_id": view.model_provenance.get("checkpoint_id"),
+        "skills_provider": view.skills_provenance.get("provider"),
+        "skills_bank_sha256": view.skills_provenance.get("bank_sha256"),
+        "selected_skill_ids": view.selected_skill_ids,
         "outcome": outcome,
         "failed_components": components,
-        "termination_reason": termination,
-        "reward": _num(final.get("reward")),
+        "termination_reason": view.termination,
+        "reward": num(view.final.get("reward")),
         **r,
-        "r_success": int(detail["r_success"]) if _num(detail.get("r_success")) is not None else None,
-        "category": _category_key(goal.get("category")),
-        "task_mode": reset.get("task_mode"),
-        "goal_option_count": len(goal.get("goal_options") or []) if isinstance(goal.get("goal_options"), list) else None,
-        "n_steps": len(steps),
-        "n_actions": sum(1 for s in steps if isinstance(s.get("environment"), dict)),
-        "purchase_step": purchase_step,
-        "steps_to_purchase": purchase_step,
-        "n_searches": len(search_steps),
-        "search_steps": search_steps,
-        "result_pages_viewed": len(page_steps),
-        "result_page_steps": page_steps,
-        "products_viewed": len(set(p for p in products_seen if p is not None)),
-        "buy_attempts": buy_attempts,
-        "first_buy_incomplete_options": bool(first_buy_incomplete),
-        "premature_buy_steps": premature_steps,
-        "option_steps": option_steps,
-        "loops": len(loop_steps),
-        "loop_steps": sorted(loop_steps),
-        "invalid_actions": len(invalid_steps),
-        "invalid_action_reasons": invalid_reasons,
-        "invalid_action_steps": invalid_steps,
-        "protocol_errors": len(protocol_steps),
-        "protocol_error_codes": protocol_codes,
-        "protocol_error_steps": protocol_steps,
-        "policy_failure_code": policy_code,
-        "budget_status": budget_status,
-        "price_upper": price_upper,
-        "purchase_price": purchase_price,
-        "persona_budget_hint": persona_budget_hint,
-        "labels": labels,
+        "r_success": int(detail["r_success"]) if num(detail.get("r_success")) is not None else None,
+        "category": category_key(goal.get("category")),
+        "task_mode": view.reset.get("task_mode"),
+        "goal_option_count": len(goal_options or []) if isinstance(goal_options, list) else None,
+        "n_steps": len(view.steps),
+        "n_actions": len(view.acted_steps),
+        "purchase_step": buys.purchase_step,
+        "steps_to_purchase": buys.purchase_step,
+        "n_searches": len(search.steps),
+        "search_steps": search.steps,
+        "result_pages_viewed": len(pages),
+        "result_page_steps": pages,
+        "products_viewed": len({p for p in products.seen if p is not None}),
+        "buy_attempts": buys.attempts,
+        "first_buy_incomplete_options": bool(buys.first_incomplete),
+        "premature_buy_steps": buys.premature_steps,
+        "option_steps": products.option_steps,
+        "loops": len(loops),
+        "loop_steps": sorted(loops),
+        "invalid_actions": len(errors.invalid_steps),
+        "invalid_action_reasons": errors.invalid_reasons,
+        "invalid_action_steps": errors.invalid_steps,
+        "protocol_errors": len(errors.protocol_steps),
+        "protocol_error_codes": errors.protocol_codes,
+        "protocol_error_steps": errors.protocol_steps,
+        "policy_failure_code": errors.policy_code,
+        "budget_status": budget.status,
+        "price_upper": budget.price_upper,
+        "purchase_price": budget.purchase_price,
+        "persona_budget_hint": budget.persona_hint,
+        "labels": sorted(set(labels)),
         "evidence_json": canonical_json({k: evidence[k] for k in sorted(evidence)}),
     }
+
+
+def _evidence(
+    view: EpisodeView, outcome: str, searches: list[int], pages: list[int], loops: list[int],
+    products: ProductFeatures, buys: BuyFeatures, errors: ErrorFeatures, budget: BudgetFeatures,
+) -> dict[str, list[int]]:
+    # label -> the step indices that justify it, each index once, in the order found
+    evidence: dict[str, list[int]] = {}
+
+    def add(label: str, step_index: int) -> None:
+        steps = evidence.setdefault(label, [])
+        if step_index not in steps:
+            steps.append(step_index)
+
+    purchase = buys.purchase_step
+    if outcome in ("action_limit", "generation_length") and isinstance(view.last_step_index, int):
+        add("outcome:" + outcome, view.last_step_index)
+    elif outcome == "wrong_option":
+        for i in products.purchased_option_steps + ([purchase] if purchase is not None else []):
+            add("outcome:wrong_option", i)
+    elif outcome in ("wrong_type", "missing_attributes"):
+        for j in (products.purchased_view_step, purchase):
+            if j is not None:
+                add("outcome:" + outcome, j)
+    elif outcome != "failed" and purchase is not None:
+        add("outcome:" + outcome, purchase)
+    evidence.setdefault("outcome:" + outcome, [])
+    for label, steps in (("behaviour:search", searches), ("behaviour:result_page", pages),
+                         ("behaviour:loop", sorted(loops)), ("behaviour:premature_buy", buys.premature_steps)):
+        for i in steps:
+            add(label, i)
+    for i, reason in zip(errors.invalid_steps, errors.invalid_reasons):
+        add("invalid_action:" + reason, i)
+    for i, code in zip(errors.protocol_steps, errors.protocol_codes):
+        add("protocol_error:" + code, i)
+    if budget.status == "ignored" and purchase is not None:
+        add("budget:ignored", purchase)
+    return evidence
 
 
 # --------------------------------------------------------------------------- tables
@@ -406,7 +265,7 @@ def _schema() -> dict[str, Any]:
     }
 
 
-def label_records(records: Iterable[dict[str, Any]]) -> "Any":
+def label_records(records: Iterable[dict[str, Any]]) -> Any:
     """Label every record and return a polars DataFrame (one row per record, fixed column types)."""
     import polars as pl
 
@@ -444,7 +303,7 @@ def label_run(run_dir: str | os.PathLike[str], *, out_path: str | os.PathLike[st
         raise TraceFormatError(f"{traces}: traces file not found; run the evaluation first", path=str(traces))
     target = Path(out_path) if out_path is not None else run / "labels.parquet"
     store = RunStore(run)
-    # Writing into the run directory makes this a writer (spec §22.4): never label a run mid-flight.
+    # Writing into the run directory makes this a writer (runtime-semantics §22.4): never label a run mid-flight.
     inside = target.resolve().parent == run.resolve()
     if inside:
         store.acquire_lock(f"labels-{os.getpid()}")
@@ -461,17 +320,11 @@ def label_run(run_dir: str | os.PathLike[str], *, out_path: str | os.PathLike[st
 
 
 def _write_parquet_atomic(df: Any, target: Path, metadata: dict[str, str]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        df.write_parquet(tmp, metadata=metadata)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_output(target, binary=True) as handle:
+        df.write_parquet(handle, metadata=metadata)
 
 
-def read_labels(path: str | os.PathLike[str]) -> "Any":
+def read_labels(path: str | os.PathLike[str]) -> Any:
     """Read a labels table, refusing files of another schema version.
 
     Raises:

@@ -1,4 +1,4 @@
-"""The paired estimator: no-intercept OLS of treated-minus-bare deltas on chunk masks (spec §15).
+"""The paired estimator: no-intercept OLS of treated-minus-bare deltas on chunk masks (runtime-semantics §15).
 
 Model ``R_i − B_i = C_iᵀ β + ε_i`` with ``C_i`` the 0/1 mask row of episode *i*: no constant column,
 no centring, all-zero rows stay in. The normal equations are accumulated row by row in float64 and
@@ -6,19 +6,19 @@ solved by Gauss–Jordan elimination with partial pivoting exactly as the spec p
 published tables reproduce published coefficients bit for bit.
 
 Beyond the legacy harness, ``bootstrap_coefficients`` reports task-level bootstrap intervals for
-every coefficient (spec §23 item 12). The RNG is recorded: CPython ``random.Random`` seeded with
+every coefficient (runtime-semantics §23 item 12). The RNG is recorded: CPython ``random.Random`` seeded with
 ``u64_be(SHA-256("{seed}:{metric}")[0:8])``, the convention of the paired comparison (§20).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shopsimrl_core._errors import SkillError
+from shopsimrl_core.analysis._stats import metric_seed, percentile_interpolated
 
 __all__ = [
     "ZERO_TOLERANCE",
@@ -44,7 +44,9 @@ def _validate(design: Sequence[Sequence[int]], deltas: Sequence[float] | None) -
             raise SkillError(f"OLS design row {i} has {len(row)} entries, expected {p}", code="ols-invalid-design")
         for v in row:
             if isinstance(v, bool) or v not in (0, 1):
-                raise SkillError(f"OLS design row {i}: mask entries must be 0 or 1 (got {v!r})", code="ols-invalid-design")
+                raise SkillError(
+                    f"OLS design row {i}: mask entries must be 0 or 1 (got {v!r})", code="ols-invalid-design"
+                )
     if n <= p:
         raise SkillError(f"{TOO_FEW_MESSAGE} (n={n}, p={p})", code="ols-too-few-observations")
     if deltas is not None:
@@ -57,7 +59,7 @@ def _validate(design: Sequence[Sequence[int]], deltas: Sequence[float] | None) -
 
 
 def fit_no_intercept_ols(design: Sequence[Sequence[int]], deltas: Sequence[float]) -> list[float]:
-    """Return β solving ``XᵀX β = XᵀΔ`` for a 0/1 design without intercept (spec §15).
+    """Return β solving ``XᵀX β = XᵀΔ`` for a 0/1 design without intercept (runtime-semantics §15).
 
     Coefficients with ``|β| ≤ 1e-12`` are returned as exactly ``0.0``.
 
@@ -117,19 +119,6 @@ def check_design(design: Sequence[Sequence[int]]) -> None:
     fit_no_intercept_ols(design, [0.0] * len(design))
 
 
-def metric_seed(seed: int, metric: str) -> int:
-    """``u64_be(SHA-256(UTF-8 "{seed}:{metric}")[0:8])`` — the per-metric RNG seed (spec §20)."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{metric}".encode("utf-8")).digest()[:8], "big")
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
-
-
 def bootstrap_coefficients(
     design: Sequence[Sequence[int]],
     deltas: Sequence[float],
@@ -178,14 +167,16 @@ def bootstrap_coefficients(
     intervals: list[list[float] | None] = []
     for j in range(p):
         values = sorted(reps[j])
-        intervals.append([_percentile(values, lo_q), _percentile(values, 1 - lo_q)] if values else None)
-    return {"method": "task_cluster_percentile_bootstrap", "samples": samples, "seed": seed, "metric_seed": s,
-            "confidence_level": level, "valid_samples": samples - skipped, "skipped_rank_deficient": skipped,
-            "intervals": intervals}
-
-
-def fit_metrics(
-    design: Sequence[Sequence[int]], deltas_by_metric: Mapping[str, Sequence[float]]
-) -> dict[str, list[float]]:
-    """Fit one coefficient vector per metric (``reward`` and every ``r_*``), metrics in sorted order."""
-    return {metric: fit_no_intercept_ols(design, deltas_by_metric[metric]) for metric in sorted(deltas_by_metric)}
+        intervals.append(
+            [percentile_interpolated(values, lo_q), percentile_interpolated(values, 1 - lo_q)] if values else None
+        )
+    return {
+        "method": "task_cluster_percentile_bootstrap",
+        "samples": samples,
+        "seed": seed,
+        "metric_seed": s,
+        "confidence_level": level,
+        "valid_samples": samples - skipped,
+        "skipped_rank_deficient": skipped,
+        "intervals": intervals,
+    }

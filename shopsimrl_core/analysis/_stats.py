@@ -1,8 +1,9 @@
-"""Statistics for summaries and comparisons: Wilson intervals, bootstrap intervals, pass@k / pass^k,
-and the paired checkpoint comparison ``compare_runs``.
+"""Statistics for summaries and comparisons: Wilson intervals, bootstrap intervals, pass@k / pass^k.
+
+Pure functions of numbers (no file I/O); ``_comparison`` applies them to two run directories.
 
 Every random draw is reproducible and recorded: the per-metric seed follows the paired-comparison
-convention of runtime spec §20, ``u64_be(SHA-256("{seed}:{metric}")[0:8])``. The ``cpython``
+convention of runtime-semantics §20, ``u64_be(SHA-256("{seed}:{metric}")[0:8])``. The ``cpython``
 generator reproduces §20 exactly (``random.Random(s_m)``, ``randrange(n)``); the default ``numpy``
 generator (``numpy.random.default_rng(s_m)``) gives the same kind of interval much faster and is
 named in every output that uses it.
@@ -15,7 +16,6 @@ import math
 import random
 from collections.abc import Sequence
 from math import comb
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -27,17 +27,14 @@ __all__ = [
     "percentile_interpolated",
     "pass_at_k",
     "pass_hat_k",
-    "compare_runs",
-    "CHECKPOINT_COMPARISON_SCHEMA",
 ]
 
-CHECKPOINT_COMPARISON_SCHEMA = "shopsimrl-checkpoint-comparison-v1"
 _MAX_DRAW_BLOCK = 2_000_000  # indices drawn per numpy block: bounds memory for large runs
 
 
 def metric_seed(seed: int, metric: str) -> int:
     """The per-metric seed of §20: first 8 bytes (big-endian) of SHA-256 of ``"{seed}:{metric}"``."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{metric}".encode("utf-8")).digest()[:8], "big")
+    return int.from_bytes(hashlib.sha256(f"{seed}:{metric}".encode()).digest()[:8], "big")
 
 
 def wilson_interval(successes: int, n: int, confidence_level: float = 0.95) -> tuple[float, float] | None:
@@ -132,8 +129,11 @@ def paired_bootstrap_ci(
     confidence_level: float = 0.95,
     rng: str = "numpy",
 ) -> tuple[float, float] | None:
-    """Task-level paired percentile bootstrap of the mean difference (§20). ``rng="cpython"``
-    reproduces the legacy comparison tool's draws exactly; equal differences d give ``(d, d)``."""
+    """Task-level paired percentile bootstrap of the mean difference (runtime-semantics §20).
+
+    ``rng="cpython"`` reproduces the legacy comparison tool's draws exactly; equal differences d
+    give ``(d, d)``.
+    """
     if not differences:
         return None
     means = _bootstrap_means(list(differences), samples, metric_seed(seed, metric), rng)
@@ -155,217 +155,3 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     if k > n:
         raise ValueError(f"k={k} exceeds n={n}")
     return comb(c, k) / comb(n, k)
-
-
-# ------------------------------------------------------------------------------------------
-# paired checkpoint comparison
-
-_ALIGNED_FIELDS = ("task_split", "task_ids_sha256", "jobs", "environment", "runtime", "prompt", "skills")
-
-
-def _task_metrics(record: dict[str, Any]) -> dict[str, float]:
-    final = record.get("final") or {}
-    metrics: dict[str, float] = {}
-
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    if number(final.get("reward")):
-        metrics["reward"] = float(final["reward"])
-    detail = final.get("reward_detail")
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            if key.startswith("r_") and number(value):
-                metrics[key] = float(value)
-    steps = record.get("steps") if isinstance(record.get("steps"), list) else []
-    metrics["steps"] = float(len(steps))
-    n_steps = len(steps)
-    proto = sum(1 for s in steps if isinstance(s, dict) and isinstance(s.get("protocol_error"), dict))
-    policy = sum(1 for s in steps if isinstance(s, dict) and isinstance(s.get("policy_failure"), dict))
-    actions = [s for s in steps if isinstance(s, dict) and isinstance(s.get("environment"), dict)]
-    invalid = 0
-    for step in actions:
-        feedback = step["environment"].get("action_feedback")
-        if isinstance(feedback, dict) and feedback and feedback.get("valid") is False:
-            invalid += 1
-    metrics["protocol_error_rate"] = proto / n_steps if n_steps else 0.0
-    metrics["policy_failure_rate"] = policy / n_steps if n_steps else 0.0
-    metrics["invalid_action_rate"] = invalid / len(actions) if actions else 0.0
-    tokens = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "reasoning_tokens": 0}
-    for step in steps:
-        usage = ((step.get("model") or {}).get("usage") or {}) if isinstance(step, dict) else {}
-        if not isinstance(usage, dict):
-            continue
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool):
-                tokens[key] += usage[key]
-        details = usage.get("completion_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int) and not isinstance(details.get("reasoning_tokens"), bool):
-            tokens["reasoning_tokens"] += details["reasoning_tokens"]
-    metrics.update({key: float(value) for key, value in tokens.items()})
-    if number(record.get("duration_ms")):
-        metrics["duration_ms"] = float(record["duration_ms"])
-    return metrics
-
-
-def _load_side(run_dir: Path) -> tuple[dict[str, Any] | None, dict[tuple[str, int], list[dict[str, float]]], int]:
-    from shopsimrl_core.runs._store import RunStore, is_complete
-
-    store = RunStore(run_dir)
-    manifest = store.read_manifest()
-    planned = None
-    if manifest is not None and isinstance(manifest["plan"].get("jobs"), list):
-        from shopsimrl_core.runs._jobs import EpisodeJob
-
-        planned = {EpisodeJob.from_dict(job).episode_id for job in manifest["plan"]["jobs"]}
-    per_task: dict[tuple[str, int], list[dict[str, float]]] = {}
-    episodes: dict[str, tuple[tuple[str, int], dict[str, float]]] = {}
-    incomplete = 0
-    for record in store.latest_records(episode_ids=planned):
-        if not is_complete(record):
-            incomplete += 1
-            continue
-        job = record.get("job") or {}
-        key = (str(job.get("split")), int(job.get("task_id", -1)))
-        episodes[record["episode_id"]] = (key, _task_metrics(record))
-    for eid, (key, metrics) in episodes.items():
-        metrics = dict(metrics)
-        metrics["_episode"] = eid  # type: ignore[assignment]
-        per_task.setdefault(key, []).append(metrics)
-    return manifest, per_task, incomplete
-
-
-def compare_runs(
-    run_dir_a: str | Path,
-    run_dir_b: str | Path,
-    *,
-    bootstrap_samples: int = 10000,
-    bootstrap_seed: int = 20260901,
-    confidence_level: float = 0.95,
-    rng: str = "numpy",
-    strict: bool = True,
-) -> dict[str, Any]:
-    """Paired comparison of two runs of the same plan on different checkpoints (B minus A).
-
-    Pairs are ``(split, task_id, sample_id)`` episodes complete on both sides; metric values are
-    averaged per task over the paired samples, then the mean task-level difference gets a paired
-    percentile bootstrap interval. ``flips`` counts tasks whose success (``r_success`` mean ≥ 0.5)
-    changed in each direction.
-
-    Raises:
-        ConfigError: with *strict*, the two plans differ in split, jobs, environment, runtime,
-            prompt or skills (the message lists the differing fields).
-    """
-    from shopsimrl_core._errors import ConfigError
-    from shopsimrl_core.runs._plan import plan_differences
-
-    dir_a, dir_b = Path(run_dir_a).resolve(), Path(run_dir_b).resolve()
-    manifest_a, tasks_a, incomplete_a = _load_side(dir_a)
-    manifest_b, tasks_b, incomplete_b = _load_side(dir_b)
-    differences: list[str] = []
-    if manifest_a is not None and manifest_b is not None:
-        pa = {k: manifest_a["plan"].get(k) for k in _ALIGNED_FIELDS if k in manifest_a["plan"]}
-        pb = {k: manifest_b["plan"].get(k) for k in _ALIGNED_FIELDS if k in manifest_b["plan"]}
-        differences = plan_differences(pa, pb)
-        sampling = plan_differences(
-            {"sampling": (manifest_a["plan"].get("model") or {}).get("sampling")},
-            {"sampling": (manifest_b["plan"].get("model") or {}).get("sampling")},
-        )
-        differences.extend(f"model.{d}" for d in sampling)
-    if differences and strict:
-        raise ConfigError(
-            f"{dir_a} vs {dir_b}: runs are not comparable; differing: {', '.join(differences)}; "
-            "compare runs of the same split, jobs, environment, runtime, prompt, skills and sampling",
-            code="comparison-misaligned",
-        )
-
-    # Pair at episode level, then average per task.
-    pairs_by_task: dict[tuple[str, int], list[tuple[dict[str, float], dict[str, float]]]] = {}
-    paired_episodes = 0
-    for key in sorted(set(tasks_a) & set(tasks_b)):
-        by_eid_b = {m["_episode"]: m for m in tasks_b[key]}  # type: ignore[index]
-        for ma in tasks_a[key]:
-            mb = by_eid_b.get(ma["_episode"])  # type: ignore[arg-type]
-            if mb is not None:
-                pairs_by_task.setdefault(key, []).append((ma, mb))
-                paired_episodes += 1
-    task_keys = sorted(pairs_by_task)
-    metric_names: list[str] | None = None
-    for key in task_keys:
-        for ma, mb in pairs_by_task[key]:
-            names = {k for k in ma if k != "_episode"} & {k for k in mb if k != "_episode"}
-            metric_names = sorted(names if metric_names is None else set(metric_names) & names)
-    metric_names = metric_names or []
-
-    metrics_out: dict[str, Any] = {}
-    for metric in metric_names:
-        a_vals, b_vals, diffs = [], [], []
-        for key in task_keys:
-            pairs = pairs_by_task[key]
-            a_mean = sum(p[0][metric] for p in pairs) / len(pairs)
-            b_mean = sum(p[1][metric] for p in pairs) / len(pairs)
-            a_vals.append(a_mean)
-            b_vals.append(b_mean)
-            diffs.append(b_mean - a_mean)
-        n = len(diffs)
-        ci = paired_bootstrap_ci(diffs, metric=metric, seed=bootstrap_seed, samples=bootstrap_samples, confidence_level=confidence_level, rng=rng)
-        metrics_out[metric] = {
-            "a_mean": sum(a_vals) / n,
-            "b_mean": sum(b_vals) / n,
-            "mean_difference": sum(diffs) / n,
-            "confidence_interval": list(ci) if ci else None,
-            "pairs": n,
-        }
-
-    flips = None
-    if "r_success" in metric_names:
-        gained = lost = both = neither = 0
-        for key in task_keys:
-            pairs = pairs_by_task[key]
-            sa = sum(p[0]["r_success"] for p in pairs) / len(pairs) >= 0.5
-            sb = sum(p[1]["r_success"] for p in pairs) / len(pairs) >= 0.5
-            gained += (not sa) and sb
-            lost += sa and not sb
-            both += sa and sb
-            neither += (not sa) and not sb
-        flips = {"gained": gained, "lost": lost, "both_success": both, "both_failure": neither, "net": gained - lost}
-
-    def _model(manifest: dict[str, Any] | None) -> dict[str, Any]:
-        if manifest is None:
-            return {}
-        plan = manifest["plan"]
-        model = plan.get("model") or {}
-        return {"model_id": plan.get("model_id"), "checkpoint_id": model.get("checkpoint_id"), "plan_fingerprint": manifest.get("plan_fingerprint")}
-
-    from shopsimrl_core.runs._store import utc_now
-
-    return {
-        "schema_version": CHECKPOINT_COMPARISON_SCHEMA,
-        "created_at": utc_now(),
-        "runs": {"a": str(dir_a), "b": str(dir_b)},
-        "models": {"a": _model(manifest_a), "b": _model(manifest_b)},
-        "alignment": {
-            "status": "matched" if not differences else "mismatched",
-            "checked_fields": list(_ALIGNED_FIELDS) + ["model.sampling"],
-            "differences": differences,
-            "paired_tasks": len(task_keys),
-            "paired_episodes": paired_episodes,
-            "incomplete": {"a": incomplete_a, "b": incomplete_b},
-            "unpaired_tasks": {"a": len(set(tasks_a) - set(pairs_by_task)), "b": len(set(tasks_b) - set(pairs_by_task))},
-        },
-        "paired": {
-            "pairs": len(task_keys),
-            "difference_direction": "b_minus_a",
-            "metric_aggregation": "mean_of_task_level_values",
-            "bootstrap": {
-                "method": "task_level_paired_percentile",
-                "rng": rng,
-                "samples": bootstrap_samples,
-                "seed": bootstrap_seed,
-                "seed_derivation": "u64_be(sha256('{seed}:{metric}')[0:8])",
-                "confidence_level": confidence_level,
-            },
-            "metrics": metrics_out,
-            "flips": flips,
-        },
-    }

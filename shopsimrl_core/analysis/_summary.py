@@ -1,119 +1,32 @@
-"""Summary ``shopsimrl-eval-summary-v2`` (runtime spec §13, with §22.4/§22.5 and §23 additive keys).
+"""Summary ``shopsimrl-eval-summary-v2`` (runtime-semantics §13, with §22.4/§22.5 and §23 additive keys).
 
 One pass over the latest records turns each episode into one flat row; polars does every
 aggregation. The legacy keys keep their exact definitions (pooled ``invalid_action_rate``,
 ``reasoning_tokens`` only when seen, ``generation_length`` episodes scored). Additive keys:
 ``counts.duplicate_completed`` / ``counts.unplanned_episodes``, ``primary.success_ci`` (Wilson),
-``primary.reward_ci`` (bootstrap), ``reward_components_sem``, ``primary.pass_at_k`` / ``primary.pass_hat_k`` (repeats > 1) and
-``breakdowns.category``.
+``primary.reward_ci`` (bootstrap), ``reward_components_sem``, ``primary.pass_at_k`` /
+``primary.pass_hat_k`` (repeats > 1) and ``breakdowns.category``.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.runs._store import RunStore, is_complete, utc_now
 from shopsimrl_core._versions import SUMMARY_SCHEMA
+from shopsimrl_core.analysis._exact import _fmean, _stdev
+from shopsimrl_core.runs._index import episode_row
+from shopsimrl_core.runs._store import RunStore, utc_now
 
-__all__ = ["build_summary", "summarize_run", "episode_row"]
+__all__ = ["build_summary", "summary_from_index", "summarize_run", "episode_row"]
 
 _TOKEN_KEYS = ("completion_tokens", "prompt_tokens", "reasoning_tokens", "total_tokens")
 _BOOTSTRAP_SEED = 20260901
 _BOOTSTRAP_SAMPLES = 2000
 _BOOTSTRAP_MAX_N = 200_000  # above this the reward interval uses the normal approximation
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def episode_row(record: dict[str, Any]) -> dict[str, Any]:
-    """Flatten one latest record into the per-episode row the summary aggregates."""
-    complete = is_complete(record)
-    job = record.get("job") if isinstance(record.get("job"), dict) else {}
-    row: dict[str, Any] = {
-        "episode_id": record["episode_id"],
-        "task_id": job.get("task_id") if _int(job.get("task_id")) else None,
-        "sample_id": job.get("sample_id") if _int(job.get("sample_id")) else None,
-        "complete": complete,
-        "error_type": None,
-        "reward": None,
-        "r_success": None,
-        "duration_ms": None,
-        "n_steps": 0,
-        "protocol_errors": 0,
-        "policy_failures": 0,
-        "total_actions": 0,
-        "invalid_actions": 0,
-        "termination_reason": None,
-        "category": None,
-        "components": {},
-        "tokens": {},
-    }
-    if not complete:
-        error = record.get("error")
-        etype = error.get("type") if isinstance(error, dict) else None
-        row["error_type"] = str(etype) if etype is not None else "unknown"
-        return row
-    final = record["final"]
-    if _number(final.get("reward")):
-        row["reward"] = float(final["reward"])
-    detail = final.get("reward_detail")
-    if isinstance(detail, dict):
-        row["components"] = {k: float(v) for k, v in detail.items() if isinstance(k, str) and k.startswith("r_") and _number(v)}
-        if _number(detail.get("r_success")):
-            row["r_success"] = float(detail["r_success"])
-    reason = final.get("termination_reason")
-    row["termination_reason"] = "unknown" if reason is None else str(reason)
-    for source in ("goal", "purchase"):
-        block = final.get(source)
-        if isinstance(block, dict) and isinstance(block.get("category"), str) and block["category"]:
-            row["category"] = block["category"]
-            break
-    if _number(record.get("duration_ms")):
-        row["duration_ms"] = float(record["duration_ms"])
-    steps = record.get("steps") if isinstance(record.get("steps"), list) else []
-    row["n_steps"] = len(steps)
-    tokens: dict[str, int] = {}
-    for step in steps:
-        if not isinstance(step, dict):
-            continue
-        if isinstance(step.get("protocol_error"), dict):
-            row["protocol_errors"] += 1
-        if isinstance(step.get("policy_failure"), dict):
-            row["policy_failures"] += 1
-        environment = step.get("environment")
-        if isinstance(environment, dict):
-            row["total_actions"] += 1
-            feedback = environment.get("action_feedback")
-            if isinstance(feedback, dict) and feedback and feedback.get("valid") is False:
-                row["invalid_actions"] += 1
-        model = step.get("model")
-        usage = model.get("usage") if isinstance(model, dict) else None
-        if isinstance(usage, dict):
-            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-                if _int(usage.get(key)):
-                    tokens[key] = tokens.get(key, 0) + usage[key]
-            details = usage.get("completion_tokens_details")
-            if isinstance(details, dict) and _int(details.get("reasoning_tokens")):
-                tokens["reasoning_tokens"] = tokens.get("reasoning_tokens", 0) + details["reasoning_tokens"]
-    row["tokens"] = tokens
-    return row
-
-
-def _fmean(series: Any) -> float | None:
-    # Polars selects the values; the mean itself is an exactly rounded sum (math.fsum) divided by n,
-    # which agrees with Python's own float means, not with a summation-order-dependent result.
-    values = series.drop_nulls().to_list()
-    return None if not values else math.fsum(values) / len(values)
 
 
 def _mean(frame: Any, column: str) -> float | None:
@@ -181,15 +94,98 @@ def build_summary(
     for key in token_keys:
         schema[f"t::{key}"] = pl.Int64
         columns[f"t::{key}"] = [row["tokens"].get(key) for row in rows]
+    frame = pl.DataFrame(columns, schema=schema)
+    return _summary_from_frame(frame, component_keys, token_keys, requested, planned=planned is not None,
+                               unplanned=unplanned, duplicate_completed=duplicate_completed, created_at=created_at)
+
+
+_BASE_COLUMNS = ("episode_id", "task_id", "sample_id", "complete", "error_type", "reward", "r_success", "duration_ms",
+                 "n_steps", "protocol_errors", "policy_failures", "total_actions", "invalid_actions",
+                 "termination_reason", "category")
+
+
+def summary_from_index(
+    run_index: Any,
+    requested: int,
+    *,
+    planned: Any = None,
+    duplicate_completed: int | None = None,
+    created_at: str | None = None,
+) -> dict[str, Any]:
+    """Build the v2 summary from a :class:`~shopsimrl_core.runs._index.RunIndex` without reading traces.
+
+    *planned* is a set of episode ids or a polars Series of unique ids.
+
+    Same promises and the same bytes as :func:`build_summary` over the latest records of the run.
+    """
+    import polars as pl
+
+    episodes = run_index.episodes
+    unplanned = 0
+    if planned is not None:
+        total = episodes.height
+        ids = episodes.get_column("episode_id")
+        presorted = isinstance(planned, pl.Series) and planned.flags["SORTED_ASC"]
+        if presorted and planned.len() == ids.len() and planned.equals(ids):
+            pass  # every planned episode and nothing else: the common case, one linear comparison
+        elif presorted:
+            # Both sides sorted: a binary search per episode instead of hashing two million strings.
+            at = planned.search_sorted(ids).clip(0, max(planned.len() - 1, 0))
+            episodes = episodes.filter(planned.gather(at) == ids) if planned.len() else episodes.head(0)
+        else:
+            wanted = (
+                planned.to_frame("episode_id")
+                if isinstance(planned, pl.Series)
+                else pl.DataFrame({"episode_id": list(planned)}, schema={"episode_id": pl.Utf8})
+            )
+            episodes = episodes.join(wanted, on="episode_id", how="semi", maintain_order="left")
+        unplanned = total - episodes.height
+    dynamic = [c for c in episodes.columns if c.startswith(("c::", "t::"))]
+    present = set()
+    if dynamic and episodes.height:
+        counts = episodes.select([pl.col(c).is_not_null().any().alias(c) for c in dynamic]).row(0, named=True)
+        present = {c for c, seen in counts.items() if seen}
+    component_keys = sorted(c[3:] for c in present if c.startswith("c::"))
+    token_keys = sorted(c[3:] for c in present if c.startswith("t::"))
+    frame = episodes.select([*_BASE_COLUMNS, *[f"c::{k}" for k in component_keys], *[f"t::{k}" for k in token_keys]])
+    return _summary_from_frame(
+        frame,
+        component_keys,
+        token_keys,
+        requested,
+        planned=planned is not None,
+        unplanned=unplanned,
+        duplicate_completed=duplicate_completed,
+        created_at=created_at,
+        presorted=True,
+    )
+
+
+def _summary_from_frame(
+    frame: Any,
+    component_keys: list[str],
+    token_keys: list[str],
+    requested: int,
+    *,
+    planned: bool,
+    unplanned: int,
+    duplicate_completed: int | None,
+    created_at: str | None,
+    presorted: bool = False,
+) -> dict[str, Any]:
+    import polars as pl
+
     # Sorted by episode_id (as §6.5 iterates), so every float sum and the bootstrap are order-free.
-    frame = pl.DataFrame(columns, schema=schema).sort("episode_id")
+    # The run index keeps its episodes sorted already: a million-row string sort is skipped then.
+    if not presorted:
+        frame = frame.sort("episode_id")
     done = frame.filter(pl.col("complete"))
     failed = frame.filter(~pl.col("complete"))
 
     completed_n = done.height
     scored = done.get_column("reward").drop_nulls()
     reward_mean = _fmean(scored)
-    reward_sem = None if scored.len() < 2 else statistics.stdev(scored.to_list()) / math.sqrt(scored.len())
+    reward_sem = None if scored.len() < 2 else _stdev(scored) / math.sqrt(scored.len())
     success = done.get_column("r_success").drop_nulls()
     success_rate = _fmean(success)
 
@@ -203,7 +199,7 @@ def build_summary(
     }
     if duplicate_completed is not None:
         counts["duplicate_completed"] = duplicate_completed
-    if planned is not None:
+    if planned:
         counts["unplanned_episodes"] = unplanned
 
     primary: dict[str, Any] = {"reward_mean": reward_mean, "reward_sem": reward_sem, "success_rate": success_rate}
@@ -214,7 +210,7 @@ def build_summary(
             wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95, n=success.len()
         )
     if scored.len() >= 2:
-        primary["reward_ci"] = _reward_ci(scored.to_list(), reward_mean, reward_sem)
+        primary["reward_ci"] = _reward_ci(scored, reward_mean, reward_sem)
     _add_pass_at_k(primary, done)
 
     reward_components = {key: _mean(done, f"c::{key}") for key in component_keys}
@@ -226,9 +222,7 @@ def build_summary(
     total_actions = int(done.get_column("total_actions").sum()) if completed_n else 0
     invalid_actions = int(done.get_column("invalid_actions").sum()) if completed_n else 0
     reasons = (
-        done.group_by("termination_reason").agg(pl.len().alias("n")).sort("termination_reason")
-        if completed_n
-        else None
+        done.group_by("termination_reason").agg(pl.len().alias("n")).sort("termination_reason") if completed_n else None
     )
     behavior = {
         "steps_mean": _fmean(done.get_column("n_steps").cast(pl.Float64)) if completed_n else None,
@@ -247,10 +241,11 @@ def build_summary(
         series = done.get_column(f"t::{key}").drop_nulls()
         if series.len() > 0:
             tokens[key] = int(series.sum())
-    cost = {"duration_ms_mean": _mean(done, "duration_ms") if completed_n else None, "tokens": dict(sorted(tokens.items()))}
-    error_counts = (
-        failed.group_by("error_type").agg(pl.len().alias("n")).sort("error_type") if failed.height else None
-    )
+    cost = {
+        "duration_ms_mean": _mean(done, "duration_ms") if completed_n else None,
+        "tokens": dict(sorted(tokens.items())),
+    }
+    error_counts = failed.group_by("error_type").agg(pl.len().alias("n")).sort("error_type") if failed.height else None
     errors = {} if error_counts is None else {t: int(n) for t, n in error_counts.iter_rows()}
 
     summary: dict[str, Any] = {
@@ -265,8 +260,8 @@ def build_summary(
     }
     component_sem: dict[str, float | None] = {}
     for key in reward_components:
-        values = done.get_column(f"c::{key}").drop_nulls().to_list()
-        component_sem[key] = statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
+        values = done.get_column(f"c::{key}").drop_nulls()
+        component_sem[key] = _stdev(values) / math.sqrt(values.len()) if values.len() >= 2 else None
     if component_sem:
         summary["reward_components_sem"] = component_sem
     breakdowns = _category_breakdown(done)
@@ -275,14 +270,24 @@ def build_summary(
     return summary
 
 
-def _reward_ci(values: list[float], mean: float | None, sem: float | None) -> dict[str, Any] | None:
+def _reward_ci(values: Any, mean: float | None, sem: float | None) -> dict[str, Any] | None:
     from shopsimrl_core.analysis._stats import bootstrap_mean_ci
 
     if len(values) <= _BOOTSTRAP_MAX_N:
-        return bootstrap_mean_ci(values, metric="reward", seed=_BOOTSTRAP_SEED, samples=_BOOTSTRAP_SAMPLES)
+        return bootstrap_mean_ci(
+            values.to_list() if hasattr(values, "to_list") else values,
+            metric="reward",
+            seed=_BOOTSTRAP_SEED,
+            samples=_BOOTSTRAP_SAMPLES,
+        )
     if mean is None or sem is None:
         return None
-    return {"method": "normal_approximation", "confidence_level": 0.95, "low": mean - 1.959963984540054 * sem, "high": mean + 1.959963984540054 * sem}
+    return {
+        "method": "normal_approximation",
+        "confidence_level": 0.95,
+        "low": mean - 1.959963984540054 * sem,
+        "high": mean + 1.959963984540054 * sem,
+    }
 
 
 def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
@@ -293,9 +298,13 @@ def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
     usable = done.filter(pl.col("r_success").is_not_null() & pl.col("task_id").is_not_null())
     if usable.height == 0:
         return
-    per_task = usable.group_by("task_id").agg(
-        pl.len().alias("n"), (pl.col("r_success") >= 1.0).sum().alias("c")
-    ).sort("task_id")
+    if usable.get_column("task_id").n_unique() == usable.height:
+        return  # one sample per task: no k ≥ 2 (and no per-task group-by over a million tasks)
+    per_task = (
+        usable.group_by("task_id")
+        .agg(pl.len().alias("n"), (pl.col("r_success") >= 1.0).sum().alias("c"))
+        .sort("task_id")
+    )
     if int(per_task.get_column("n").max()) < 2:
         return
     k_max = int(per_task.get_column("n").min())
@@ -303,7 +312,9 @@ def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
         return
     tasks = [(int(n), int(c)) for n, c in per_task.select("n", "c").iter_rows()]
     primary["pass_at_k"] = {str(k): sum(pass_at_k(n, c, k) for n, c in tasks) / len(tasks) for k in range(1, k_max + 1)}
-    primary["pass_hat_k"] = {str(k): sum(pass_hat_k(n, c, k) for n, c in tasks) / len(tasks) for k in range(1, k_max + 1)}
+    primary["pass_hat_k"] = {
+        str(k): sum(pass_hat_k(n, c, k) for n, c in tasks) / len(tasks) for k in range(1, k_max + 1)
+    }
 
 
 def _category_breakdown(done: Any) -> dict[str, Any]:
@@ -312,15 +323,112 @@ def _category_breakdown(done: Any) -> dict[str, Any]:
     with_cat = done.filter(pl.col("category").is_not_null())
     if with_cat.height == 0:
         return {}
-    grouped = with_cat.group_by("category").agg(
-        pl.len().alias("episodes"),
-        pl.col("reward").mean().alias("reward_mean"),
-        pl.col("r_success").mean().alias("success_rate"),
-    ).sort("category")
+    grouped = (
+        with_cat.group_by("category")
+        .agg(
+            pl.len().alias("episodes"),
+            pl.col("reward").mean().alias("reward_mean"),
+            pl.col("r_success").mean().alias("success_rate"),
+        )
+        .sort("category")
+    )
     return {
-        row["category"]: {"episodes": int(row["episodes"]), "reward_mean": row["reward_mean"], "success_rate": row["success_rate"]}
+        row["category"]: {
+            "episodes": int(row["episodes"]),
+            "reward_mean": row["reward_mean"],
+            "success_rate": row["success_rate"],
+        }
         for row in grouped.iter_rows(named=True)
     }
+
+
+def _planned_ids(jobs: list[Any]) -> Any:
+    """The planned episode ids of a manifest's jobs: a set, or for long plans a sorted unique Series.
+
+    The Series holds exactly the ids ``EpisodeJob.from_dict(job).episode_id`` gives (vectorised).
+    """
+    from shopsimrl_core.runs._jobs import EpisodeJob
+
+    if len(jobs) >= _VECTOR_MIN_JOBS and all(isinstance(j, dict) for j in jobs[:1]):
+        import polars as pl
+
+        try:
+            frame = pl.DataFrame(
+                {"t": [j["task_id"] for j in jobs], "s": [j["sample_id"] for j in jobs]},
+                schema={"t": pl.Int64, "s": pl.Int64},
+                strict=True,
+            )
+        except (KeyError, TypeError, ValueError, pl.exceptions.PolarsError):
+            frame = None
+        bounds = (
+            frame.select(
+                pl.col("t").min().alias("t0"),
+                pl.col("t").max().alias("t1"),
+                pl.col("s").min().alias("s0"),
+                pl.col("s").max().alias("s1"),
+            ).row(0)
+            if frame is not None and frame.height
+            else None
+        )
+        in_range = bounds is not None and bounds[0] >= 0 and bounds[2] >= 0 and bounds[1] < 10**6 and bounds[3] < 10**3
+        if frame is not None and in_range:
+            # Fixed-width ids sort like their (task, sample) numbers: sort and dedupe integers, then
+            # format, and the Series comes out sorted (summary_from_index relies on that).
+            frame = frame.unique().sort("t", "s")
+            ids = frame.select(
+                pl.format(
+                    "task-{}__sample-{}", pl.col("t").cast(pl.Utf8).str.zfill(6), pl.col("s").cast(pl.Utf8).str.zfill(3)
+                ).alias("episode_id")
+            )
+            return ids.get_column("episode_id").set_sorted()
+    return {EpisodeJob.from_dict(job).episode_id for job in jobs}
+
+
+PLANNED_CACHE_NAME = "traces.index.planned.parquet"
+_VECTOR_MIN_JOBS = 50_000  # plans this long get their ids formatted by polars, not one by one
+_PLANNED_CACHE_MIN_BYTES = 4 << 20  # only plans this large (~50,000 jobs) are worth a cache file
+
+
+def _planned_of(store: RunStore) -> Any:
+    """The manifest's planned episode ids (None without a manifest or a job list).
+
+    A large manifest (a million jobs is ~70 MB of JSON) is parsed once: its sorted ids are kept in
+    ``traces.index.planned.parquet``, keyed by the manifest's size, mtime and inode (the manifest is
+    written once and never rewritten on resume), and written only by a process that may write.
+    """
+    import polars as pl
+
+    from shopsimrl_core.runs._index import _writer
+
+    try:
+        stat = store.manifest_path.stat()
+    except FileNotFoundError:
+        return None
+    key = f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+    cache = store.run_dir / PLANNED_CACHE_NAME
+    big = stat.st_size >= _PLANNED_CACHE_MIN_BYTES
+    if big:
+        try:
+            if pl.read_parquet_metadata(cache).get("manifest_key") == key:
+                return pl.read_parquet(cache).get_column("episode_id").set_sorted()
+        except Exception:  # missing, foreign or broken: rebuilt below
+            pass
+    manifest = store.read_manifest()
+    if manifest is None or not isinstance(manifest["plan"].get("jobs"), list):
+        return None
+    planned = _planned_ids(manifest["plan"]["jobs"])
+    if big and isinstance(planned, pl.Series):
+        with _writer(store.run_dir, store.locked) as allowed:
+            if allowed:
+                tmp = store.run_dir / f".{PLANNED_CACHE_NAME}.{os.getpid()}.tmp"
+                try:
+                    planned.to_frame("episode_id").write_parquet(tmp, metadata={"manifest_key": key})
+                    os.replace(tmp, cache)
+                except OSError:
+                    pass  # a cache that cannot be written is only a slower next summary
+                finally:
+                    tmp.unlink(missing_ok=True)
+    return planned
 
 
 def summarize_run(
@@ -331,7 +439,7 @@ def summarize_run(
     store: RunStore | None = None,
     created_at: str | None = None,
 ) -> dict[str, Any]:
-    """Rebuild ``summary.json`` from ``traces.jsonl`` (the ``summarize`` verb, §5.1).
+    """Rebuild ``summary.json`` from the run index of ``traces.jsonl`` (the ``summarize`` verb, §5.1).
 
     ``requested`` = the given N, else the number of manifest jobs, else the number of distinct
     episode ids. With a manifest only planned episodes count (§22.5). Writing takes the run lock
@@ -341,8 +449,6 @@ def summarize_run(
         RunLockedError: *write* and another process holds the run directory.
         TraceFormatError: the manifest is unreadable or of an unknown schema.
     """
-    from shopsimrl_core.runs._jobs import EpisodeJob
-
     store = store if store is not None else RunStore(run_dir)
     own_lock = write and not store.locked
     if own_lock:
@@ -350,15 +456,17 @@ def summarize_run(
 
         store.acquire_lock(f"summarize-{uuid.uuid4().hex[:12]}")
     try:
-        manifest = store.read_manifest()
-        planned: set[str] | None = None
-        if manifest is not None and isinstance(manifest["plan"].get("jobs"), list):
-            planned = {EpisodeJob.from_dict(job).episode_id for job in manifest["plan"]["jobs"]}
+        planned = _planned_of(store)
+        # The run index answers everything the summary needs: no trace line is re-read (issue 11).
         index = store.index()
         if requested is None:
-            requested = len(planned) if planned is not None else len(index.entries)
-        summary = build_summary(
-            store.latest_records(index),
+            requested = (
+                (planned.len() if hasattr(planned, "len") else len(planned))
+                if planned is not None
+                else len(index.entries)
+            )
+        summary = summary_from_index(
+            index.run_index,
             requested,
             planned=planned,
             duplicate_completed=index.duplicate_completed,

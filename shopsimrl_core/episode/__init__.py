@@ -1,5 +1,7 @@
-"""The episode runtime: prompts, skill injection, the per-episode state machine (``run_episode``) and
-the trace record it writes.
+"""The episode runtime: what one episode does and records.
+
+Prompts, skill injection, the per-episode state machine (``run_episode``) and the trace record it
+writes.
 """
 
 from __future__ import annotations

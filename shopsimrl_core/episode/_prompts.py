@@ -1,5 +1,7 @@
-"""Prompt assembly: system message, persona and skill blocks, first user message, tool schemas
-and the repair feedback of a protocol-error turn (runtime spec §9.2, §9.4, §10).
+"""Prompt assembly (runtime-semantics §9.2, §9.4, §10).
+
+System message, persona and skill blocks, first user message, tool schemas and the repair
+feedback of a protocol-error turn.
 
 Two things are loaded and both are identified by what was loaded:
 
@@ -10,7 +12,7 @@ Two things are loaded and both are identified by what was loaded:
   ``prompt_version``, ``action_protocol`` and ``skill_renderer_version`` its texts belong to.
 
 The built-in texts are this project's own wording and carry this project's own version strings
-(spec §1.1 rule 5). To reproduce a legacy experiment byte for byte, point the config at the legacy
+(runtime-semantics §1.1 rule 5). To reproduce a legacy experiment byte for byte, point the config at the legacy
 system-prompt file and at a protocol-texts file holding the legacy texts and legacy version strings.
 """
 
@@ -111,8 +113,11 @@ class PromptSet:
     # -- tools ----------------------------------------------------------------------------------
 
     def tool_schemas(self, search_available: bool, actions: list[str]) -> list[dict[str, Any]]:
-        """The tools offered on a page (§9.2): ``search`` iff search is available, ``click`` with
-        ``enum`` = the page's actions (same order) iff there is any; ``search`` first."""
+        """The tools offered on a page (§9.2), ``search`` first.
+
+        ``search`` iff search is available, ``click`` with ``enum`` = the page's actions (same
+        order) iff there is any.
+        """
         tools: list[dict[str, Any]] = []
         if search_available is True:
             tools.append(
@@ -202,7 +207,8 @@ def load_prompt_texts(path: Path | None = None, *, language: str = "zh") -> dict
     if path is None:
         _check_language(language)
         where = f"<built-in prompts/protocol_{language}.json>"
-        raw = resources.files("shopsimrl_core").joinpath("prompts", f"protocol_{language}.json").read_text(encoding="utf-8")
+        resource = resources.files("shopsimrl_core").joinpath("prompts", f"protocol_{language}.json")
+        raw = resource.read_text(encoding="utf-8")
         data = parse_json_text(raw, where, "prompt texts file")
     else:
         where = str(path)
@@ -284,6 +290,8 @@ def load_prompt(
         skill_explanation=texts["skill_explanation"],
         source={
             "system_prompt": source_prompt,
-            "prompt_texts": str(prompt_texts_file) if prompt_texts_file else f"<built-in prompts/protocol_{language}.json>",
+            "prompt_texts": str(prompt_texts_file)
+            if prompt_texts_file
+            else f"<built-in prompts/protocol_{language}.json>",
         },
     )

@@ -1,4 +1,4 @@
-"""One episode as an async state machine (runtime spec §9) producing one ``shopsimrl-episode-v4`` record.
+"""One episode as an async state machine (runtime-semantics §9) producing one ``shopsimrl-episode-v4`` record.
 
 reset → skill selection → up to ``max_steps`` model turns (each: dynamic tools, model call, then a
 policy failure, a protocol error with repair messages, or one environment action) → terminate if the
@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shopsimrl_core.adapters._conversation import Conversation
 from shopsimrl_core.adapters._environment import ShopSimulatorClient, sanitize_payload
-from shopsimrl_core.runs._jobs import EpisodeJob, call_seed
-from shopsimrl_core.adapters._model import ModelOutput
+from shopsimrl_core.adapters._validation import ModelOutput
 from shopsimrl_core.episode._prompts import PromptSet, repair_feedback_text
 from shopsimrl_core.episode._skillbank import SkillProvider
 from shopsimrl_core.episode._trace import error_block, new_trace, utc_now
+from shopsimrl_core.runs._jobs import EpisodeJob, call_seed
 
 __all__ = ["EpisodeSettings", "run_episode", "canonical_action", "EpisodeError"]
 
@@ -33,7 +34,9 @@ class EpisodeError(RuntimeError):
 
 
 class _ChatModel(Protocol):
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, seed: int | None) -> ModelOutput: ...
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, seed: int | None
+    ) -> ModelOutput: ...
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class EpisodeSettings:
     """Provider identity (§11.4); None: taken from the provider."""
     runtime: dict[str, Any] | None = None
     """``{max_steps, action_protocol}``; None: built from max_steps and the PromptSet."""
+    tool_call_content: str = "null"
+    """``content`` of a replayed assistant turn that carries tool calls: ``null`` (``None``), ``empty``
+    (``""``) or ``omit`` (no key) — ``model.tool_call_content``; some servers reject ``null``."""
 
 
 def canonical_action(name: str, arguments: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -79,16 +85,27 @@ def _blank(text: str | None) -> bool:
     return text is None or not str(text).strip()
 
 
-def _assistant_message(output: ModelOutput) -> dict[str, Any]:
-    """The assistant turn as replayed to the model: content and calls, never the reasoning."""
-    return {
-        "role": "assistant",
-        "content": output.content,
-        "tool_calls": [
-            {"id": call["call_id"], "type": "function", "function": {"name": call["name"], "arguments": call["raw_arguments"]}}
-            for call in output.tool_calls
-        ],
-    }
+def _assistant_message(output: ModelOutput, tool_call_content: str = "null") -> dict[str, Any]:
+    """The assistant turn as replayed to the model: content and calls, never the reasoning.
+
+    A blank content is sent as *tool_call_content* says (``null``: as returned; ``empty``: ``""``;
+    ``omit``: no ``content`` key); non-blank content is always sent as it is.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": output.content}
+    if _blank(output.content) and tool_call_content != "null":
+        if tool_call_content == "empty":
+            message["content"] = ""
+        else:
+            del message["content"]
+    message["tool_calls"] = [
+        {
+            "id": call["call_id"],
+            "type": "function",
+            "function": {"name": call["name"], "arguments": call["raw_arguments"]},
+        }
+        for call in output.tool_calls
+    ]
+    return message
 
 
 def _ms(seconds: float) -> float:
@@ -162,10 +179,16 @@ async def run_episode(
             selected = list(skills.select(context))
             record["selected_skills"] = selected
 
-            messages: list[dict[str, Any]] = [
-                {"role": "system", "content": prompt.system_message(reset.get("user_persona"), selected)},
-                {"role": "user", "content": prompt.first_user_message(reset["task_instruction"], reset["observation"])},
-            ]
+            # append-only: the model client keeps each message's encoded bytes across requests
+            messages: list[dict[str, Any]] = Conversation(
+                [
+                    {"role": "system", "content": prompt.system_message(reset.get("user_persona"), selected)},
+                    {
+                        "role": "user",
+                        "content": prompt.first_user_message(reset["task_instruction"], reset["observation"]),
+                    },
+                ]
+            )
             record["conversation"] = messages
             observation: str = messages[1]["content"]
             state: Any = reset.get("observation_state")
@@ -215,7 +238,9 @@ async def run_episode(
                     if count != 1:
                         output.reject("tool_call_count", f"model must return exactly one tool call, got {count}")
                     elif not _blank(output.content):
-                        output.reject("mixed_content", "model must not mix natural-language content with an action tool call")
+                        output.reject(
+                            "mixed_content", "model must not mix natural-language content with an action tool call"
+                        )
                     else:
                         call = output.tool_calls[0]
                         action, problem = canonical_action(call["name"], call["arguments"])
@@ -227,7 +252,7 @@ async def run_episode(
                     feedback = prompt.repair_feedback(error["code"], error["message"], tool_names)
                     text = repair_feedback_text(feedback)
                     if output.tool_calls:
-                        messages.append(_assistant_message(output))
+                        messages.append(_assistant_message(output, settings.tool_call_content))
                         for call in output.tool_calls:
                             messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": text})
                     else:
@@ -250,7 +275,7 @@ async def run_episode(
 
                 assert action is not None
                 call = output.tool_calls[0]
-                messages.append(_assistant_message(output))
+                messages.append(_assistant_message(output, settings.tool_call_content))
                 stage = f"environment_step_{step_index}"
                 t = time.perf_counter()
                 result = await session.interact(action)
@@ -304,6 +329,8 @@ async def run_episode(
                 record["error"] = {"stage": "cleanup", "type": "CleanupError", "message": "; ".join(cleanup_errors)}
             else:
                 record["error"]["cleanup_errors"] = cleanup_errors
+        if isinstance(record.get("conversation"), Conversation):
+            record["conversation"] = list(record["conversation"])  # the record holds plain JSON data only
         record["ended_at"] = utc_now()
         record["duration_ms"] = _ms(time.perf_counter() - started)
         record["timing"] = totals
@@ -311,7 +338,12 @@ async def run_episode(
 
 
 def _finish_step(
-    step: dict[str, Any], request_seed: int | None, model_ms: float, env_ms: float, step_started: float, totals: dict[str, float]
+    step: dict[str, Any],
+    request_seed: int | None,
+    model_ms: float,
+    env_ms: float,
+    step_started: float,
+    totals: dict[str, float],
 ) -> None:
     """Add the additive per-step keys and accumulate the episode totals."""
     wall = _ms(time.perf_counter() - step_started)

@@ -1,10 +1,10 @@
-"""Skill providers and the SkillBank file (runtime spec §11).
+"""Skill providers and the SkillBank file (runtime-semantics §11).
 
 A provider picks, for one episode, the skill records injected into the system prompt. It sees only
 the **public** episode context ``{task_id, sample_id, split, task_instruction, user_persona,
 observation_state, task_mode}`` — never the private goal.
 
-Hash conventions (spec §2.3): ``content_sha256 = fingerprint(content)`` (the JSON-quoted string) and
+Hash conventions (runtime-semantics §2.3): ``content_sha256 = fingerprint(content)`` (the JSON-quoted string) and
 ``bank_sha256 = fingerprint(parsed bank)``, so reformatting the file keeps the hash.
 """
 
@@ -60,7 +60,7 @@ def skill_record(raw: dict[str, Any], scope: str) -> dict[str, Any]:
 
     ``metadata`` is a copy of the record's metadata plus ``selection_scope`` (``task``/``global``).
     """
-    metadata = copy.deepcopy(raw.get("metadata")) if isinstance(raw.get("metadata"), dict) else {}
+    metadata: dict[str, Any] = copy.deepcopy(raw["metadata"]) if isinstance(raw.get("metadata"), dict) else {}
     metadata["selection_scope"] = scope
     content = raw["content"]
     return {
@@ -95,7 +95,9 @@ class JsonSkillBank:
     """A frozen SkillBank injected into every episode, following the §11.3 selection rule."""
 
     def __init__(self, bank: dict[str, Any], *, max_skills: int | None = None, source: str = "<bank>") -> None:
-        if max_skills is not None and (isinstance(max_skills, bool) or not isinstance(max_skills, int) or max_skills < 1):
+        if max_skills is not None and (
+            isinstance(max_skills, bool) or not isinstance(max_skills, int) or max_skills < 1
+        ):
             raise ConfigError(f"skills.max_skills: must be an int >= 1 or null (got {max_skills!r})")
         validate_skillbank(bank, source)
         self.bank = bank
@@ -114,8 +116,11 @@ class JsonSkillBank:
         return dict(self._identity)
 
     def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
-        """Walk records in file order, skip ``enabled: false`` and out-of-scope task records,
-        stop after ``max_skills``. Only ``context["task_id"]`` is consulted."""
+        """Select the skills for one episode: records in file order, at most ``max_skills``.
+
+        Records with ``enabled: false`` and task records out of scope are skipped. Only
+        ``context["task_id"]`` is consulted.
+        """
         task_id = context.get("task_id")
         selected: list[dict[str, Any]] = []
         for raw in self.bank["skills"]:

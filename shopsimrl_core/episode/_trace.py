@@ -1,4 +1,4 @@
-"""The trace record ``shopsimrl-episode-v4`` (runtime spec §12): building, checking, completion.
+"""The trace record ``shopsimrl-episode-v4`` (runtime-semantics §12): building, checking, completion.
 
 One line of ``traces.jsonl`` is one attempt of one episode. Field order of the top level is part of
 the format (§12.1); this project adds only additive keys: ``steps[].timing`` ``{model_ms, env_ms,
@@ -8,7 +8,7 @@ harness_ms}``, ``steps[].request_seed`` (§22.10) and a top-level ``timing`` blo
 from __future__ import annotations
 
 import traceback as _traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from shopsimrl_core._errors import TraceFormatError
@@ -58,10 +58,12 @@ _MODEL_KEYS = (
 
 def utc_now() -> str:
     """Current UTC time as ISO-8601 with offset, e.g. ``2026-10-02T08:15:03.120000+00:00``."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def new_trace(job: dict[str, Any], episode_id: str, provenance: dict[str, Any], started_at: str | None) -> dict[str, Any]:
+def new_trace(
+    job: dict[str, Any], episode_id: str, provenance: dict[str, Any], started_at: str | None
+) -> dict[str, Any]:
     """An empty failed-until-proven-otherwise record with the §12.1 keys in order."""
     return {
         "schema_version": TRACE_SCHEMA,
@@ -121,7 +123,9 @@ def validate_trace(record: Any) -> None:
         raise TraceFormatError("trace record must be a JSON object")
     version = record.get("schema_version")
     if version != TRACE_SCHEMA:
-        raise TraceFormatError(f"schema_version: unknown trace schema {version!r}; this reader accepts {TRACE_SCHEMA!r}")
+        raise TraceFormatError(
+            f"schema_version: unknown trace schema {version!r}; this reader accepts {TRACE_SCHEMA!r}"
+        )
     missing = [key for key in TOP_LEVEL_KEYS if key not in record]
     if missing:
         raise TraceFormatError(f"trace record lacks keys: {', '.join(missing)}")

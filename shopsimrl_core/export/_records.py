@@ -1,8 +1,8 @@
 """Exporters: redacted trace exports for sharing, and an SFT dataset of successful episodes.
 
-Raw run directories hold the model's reasoning and the private goal (runtime spec §22.7), so they
+Raw run directories hold the model's reasoning and the private goal (runtime-semantics §22.7), so they
 stay private. ``export_traces`` writes a copy with a redaction profile applied; ``export_sft``
-writes chat-format training records (spec §22.8). Both write atomically (temporary file, then
+writes chat-format training records (runtime-semantics §22.8). Both write atomically (temporary file, then
 rename), so a failed export leaves nothing behind.
 
 Profiles (``removed`` paths are recorded in each exported record's ``redaction`` block):
@@ -17,7 +17,6 @@ Profiles (``removed`` paths are recorded in each exported record's ``redaction``
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core._hashing import write_text_atomic
+from shopsimrl_core._hashing import json_object, read_json_file, write_text_atomic
+from shopsimrl_core._versions import SFT_SCHEMA, TRACE_SCHEMA
 from shopsimrl_core.analysis._labels import iter_latest_records
 from shopsimrl_core.episode._trace import is_complete
-from shopsimrl_core._versions import SFT_SCHEMA, TRACE_SCHEMA
 
 __all__ = [
     "PROFILES",
@@ -38,7 +37,6 @@ __all__ = [
     "export_traces",
     "sft_record",
     "export_sft",
-    "register_export_cli",
 ]
 
 PERSONA_HEADER = "用户个人文档：\n"
@@ -53,7 +51,7 @@ PROFILES: dict[str, tuple[str, ...]] = {
 
 
 def _strip_persona_section(content: str) -> tuple[str, bool]:
-    # The persona section is "\n\n" + header + one JSON line (spec §10.1); remove exactly that.
+    # The persona section is "\n\n" + header + one JSON line (runtime-semantics §10.1); remove exactly that.
     start = content.find("\n\n" + PERSONA_HEADER)
     if start < 0:
         if content.startswith(PERSONA_HEADER):
@@ -119,7 +117,11 @@ def redact_record(record: dict[str, Any], profile: str) -> dict[str, Any]:
                 note("reset.user_persona")
             reset["user_persona"] = {}
         for message in out.get("conversation") or []:
-            if isinstance(message, dict) and message.get("role") == "system" and isinstance(message.get("content"), str):
+            if (
+                isinstance(message, dict)
+                and message.get("role") == "system"
+                and isinstance(message.get("content"), str)
+            ):
                 message["content"], changed = _strip_persona_section(message["content"])
                 if changed:
                     note("conversation[system].persona_section")
@@ -160,7 +162,8 @@ def _check_output(out_path: Path) -> None:
     if out_path.name == "traces.jsonl":
         raise ConfigError(
             f"{out_path}: an export must not be named traces.jsonl (it would look like a resumable run); "
-            "choose another file name")
+            "choose another file name"
+        )
 
 
 def export_traces(
@@ -194,12 +197,20 @@ def _guarded(record: dict[str, Any], manifest: dict[str, Any] | None) -> bool:
     return split == "test" or role == "test" or bool((manifest or {}).get("test_access"))
 
 
+def _read_manifest(path: Path) -> dict[str, Any]:
+    # The read boundary of a run's manifest: a one-line error naming the file and field.
+    from shopsimrl_core.documents._runs import RunManifest
+
+    value = read_json_file(path, "run manifest", fix="export a complete run directory")
+    return RunManifest.parse(value, str(path)).to_json()
+
+
 def _assistant_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Which steps appended an assistant message (spec §9.1, §9.4): valid calls always; protocol
+    # Which steps appended an assistant message (runtime-semantics §9.1, §9.4): valid calls always; protocol
     # errors when they parsed a call or carried content; policy failures never.
     out = []
     for step in steps:
-        model = step.get("model") if isinstance(step.get("model"), dict) else {}
+        model = json_object(step.get("model"))
         if isinstance(step.get("policy_failure"), dict):
             continue
         if isinstance(step.get("environment"), dict):
@@ -211,9 +222,7 @@ def _assistant_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def sft_record(
-    record: dict[str, Any], *, plan_fingerprint: str | None, with_reasoning: bool = False
-) -> dict[str, Any]:
+def sft_record(record: dict[str, Any], *, plan_fingerprint: str | None, with_reasoning: bool = False) -> dict[str, Any]:
     """Build one ``shopsimrl-sft-v1`` record from a trace: messages as sent, tools per assistant turn.
 
     The private goal is never included: messages are the conversation the model saw, and metadata
@@ -242,9 +251,14 @@ def sft_record(
         "plan_fingerprint": plan_fingerprint,
         "messages": messages,
         "tools_per_turn": tools_per_turn,
-        "metadata": {"reward": final.get("reward"), "r_success": detail.get("r_success"),
-                     "model": provenance.get("model"), "prompt": provenance.get("prompt"),
-                     "skills": provenance.get("skills"), "with_reasoning": with_reasoning},
+        "metadata": {
+            "reward": final.get("reward"),
+            "r_success": detail.get("r_success"),
+            "model": provenance.get("model"),
+            "prompt": provenance.get("prompt"),
+            "skills": provenance.get("skills"),
+            "with_reasoning": with_reasoning,
+        },
     }
 
 
@@ -258,7 +272,7 @@ def export_sft(
 ) -> ExportResult:
     """Write SFT records for the completed, successful episodes of one or more runs.
 
-    Default filter (spec §22.8): latest records that are complete, ``r_success == 1``, on
+    Default filter (runtime-semantics §22.8): latest records that are complete, ``r_success == 1``, on
     non-guarded splits, with no protocol-error or policy-failure steps. ``allow_protocol_errors``
     keeps episodes with repaired protocol errors; ``min_r_success=0`` keeps every completed one.
 
@@ -274,195 +288,26 @@ def export_sft(
         nonlocal skipped
         for run_dir in run_dirs:
             manifest_path = Path(run_dir) / "manifest.json"
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else None
+            manifest = _read_manifest(manifest_path) if manifest_path.is_file() else None
             fp = (manifest or {}).get("plan_fingerprint")
             for record in iter_latest_records(Path(run_dir) / "traces.jsonl"):
-                detail = ((record.get("final") or {}).get("reward_detail") or {})
+                detail = (record.get("final") or {}).get("reward_detail") or {}
                 steps = [s for s in record.get("steps") or [] if isinstance(s, dict)]
                 bad_turns = any(isinstance(s.get("policy_failure"), dict) for s in steps) or (
-                    not allow_protocol_errors and any(isinstance(s.get("protocol_error"), dict) for s in steps))
+                    not allow_protocol_errors and any(isinstance(s.get("protocol_error"), dict) for s in steps)
+                )
                 r_success = detail.get("r_success")
-                if (record.get("schema_version") != TRACE_SCHEMA or not is_complete(record) or _guarded(record, manifest)
-                        or bad_turns or not isinstance(r_success, (int, float)) or r_success < min_r_success):
+                if (
+                    record.get("schema_version") != TRACE_SCHEMA
+                    or not is_complete(record)
+                    or _guarded(record, manifest)
+                    or bad_turns
+                    or not isinstance(r_success, (int, float))
+                    or r_success < min_r_success
+                ):
                     skipped += 1
                     continue
                 yield sft_record(record, plan_fingerprint=fp, with_reasoning=with_reasoning)
 
     count = _write_jsonl_atomic(out, rows())
     return ExportResult(path=out, records=count, skipped=skipped)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=2))
-
-
-def _cmd_traces(args: argparse.Namespace) -> int:
-    result = export_traces(args.run_dir, args.out, profile=args.profile, all_attempts=args.all_attempts)
-    _print({"path": str(result.path), "records": result.records, "profile": args.profile})
-    return 0
-
-
-def _cmd_sft(args: argparse.Namespace) -> int:
-    if len(args.paths) < 2:
-        raise ConfigError("export sft: give one or more run directories followed by the output file")
-    result = export_sft(args.paths[:-1], args.paths[-1], with_reasoning=args.with_reasoning,
-                        allow_protocol_errors=args.allow_protocol_errors,
-                        min_r_success=0 if args.include_failures else 1)
-    _print({"path": str(result.path), "records": result.records, "skipped": result.skipped})
-    return 0
-
-
-def _cmd_labels(args: argparse.Namespace) -> int:
-    from shopsimrl_core.analysis._labels import label_run
-
-    table = label_run(args.run_dir, out_path=args.out)
-    _print({"path": str(table.path), "episodes": table.episodes, "sha256": table.sha256,
-            "distribution": table.distribution})
-    return 0
-
-
-def _cmd_candidates(args: argparse.Namespace) -> int:
-    from shopsimrl_core.skills._candidates import mine_candidates
-    from shopsimrl_core.skills._bank import build_draft, write_draft
-
-    run = Path(args.train_run_dir)
-    out_dir = Path(args.out_dir)
-    provider = None
-    if args.analyst_base_url:
-        from shopsimrl_core.skills._analyst import AnalystCandidateProvider
-
-        provider = AnalystCandidateProvider(base_url=args.analyst_base_url, model=args.analyst_model,
-                                            api_key_env=args.analyst_api_key_env)
-    result = mine_candidates(run / "labels.parquet", run / "traces.jsonl", out_dir / "skill_candidates.json",
-                             provider=provider, min_support=args.min_support)
-    draft, bank = build_draft(result.document, active_skill_budget=args.active_skill_budget)
-    draft_path, bank_path = write_draft(draft, bank, out_dir)
-    _print({"candidates": str(result.path), "accepted": len(result.accepted), "rejected": len(result.rejected),
-            "draft": str(draft_path), "draft_skillbank": str(bank_path)})
-    return 0
-
-
-def _cmd_gate_a(args: argparse.Namespace) -> int:
-    from shopsimrl_core.skills._gate import GateAConfig, plan_gate_a, run_gate_a
-
-    settings = GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
-                           bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
-                           mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
-                           bootstrap_samples=args.bootstrap_samples)
-    if args.plan:
-        _print(plan_gate_a(settings))
-        return 0
-    result = run_gate_a(settings)
-    _print({"status": result.status, "selected_chunk_ids": result.selected_chunk_ids,
-            "selected_skillbank": str(result.selected_skillbank_path) if result.selected_skillbank_path else None})
-    return 0 if result.status == "complete" else 1
-
-
-def _cmd_pool(args: argparse.Namespace) -> int:
-    from shopsimrl_core.skills._gate import build_candidate_pool
-    from shopsimrl_core._hashing import write_json_atomic
-    from shopsimrl_core.episode._skillbank import load_skillbank
-
-    candidates = json.loads(Path(args.candidates).read_text(encoding="utf-8"))
-    pool = build_candidate_pool(load_skillbank(args.active_bank), candidates, round_id=args.round_id,
-                                proposal_checkpoint=args.proposal_checkpoint, max_candidates=args.max_candidates)
-    write_json_atomic(args.out, pool)
-    _print({"path": str(args.out), "pool_sha256": pool["pool_sha256"],
-            "candidates": [(c["candidate_id"], c["operation"], c["target_chunk_id"]) for c in pool["candidates"]]})
-    return 0
-
-
-def _cmd_online_gate(args: argparse.Namespace) -> int:
-    from shopsimrl_core.skills._gate import OnlineGateConfig, run_online_gate
-
-    result = run_online_gate(OnlineGateConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
-                                              bare_run_dir=Path(args.bare_run_dir), candidate_pool_path=Path(args.pool),
-                                              mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
-                                              bootstrap_samples=args.bootstrap_samples))
-    _print({"status": result.status, "selected_intervention_ids": result.selected_chunk_ids,
-            "selected_skillbank": str(result.selected_skillbank_path) if result.selected_skillbank_path else None})
-    return 0 if result.status == "complete" else 1
-
-
-def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from shopsimrl_core.skills._bank import snapshot_skillbank
-    from shopsimrl_core.episode._skillbank import load_skillbank
-
-    snap = snapshot_skillbank(load_skillbank(args.bank), args.out_dir)
-    _print({"path": str(snap.path), "bank_sha256": snap.bank_sha256, "skills": snap.skill_ids, "reused": snap.reused})
-    return 0
-
-
-def register_export_cli(subparsers: Any) -> None:
-    """Register the skills-layer verbs on the ``shopsimrl`` parser.
-
-    ``export traces|sft`` (spec §22.7, §22.8), ``labels``, ``candidates``, ``gate-a``,
-    ``candidate-pool``, ``online-gate`` and ``snapshot``. Each sets ``handler`` (parsed args -> exit code), as ``_cli`` expects.
-    """
-    export = subparsers.add_parser("export", help="export traces with a redaction profile, or an SFT dataset")
-    verbs = export.add_subparsers(dest="export_kind", required=True, metavar="KIND")
-    t = verbs.add_parser("traces", help="write a redacted copy of a run's traces (never named traces.jsonl)")
-    t.add_argument("run_dir")
-    t.add_argument("out")
-    t.add_argument("--profile", default="public", choices=list(PROFILES))
-    t.add_argument("--all-attempts", action="store_true", help="export every attempt, not only the latest")
-    t.set_defaults(handler=_cmd_traces)
-    s = verbs.add_parser("sft", help="write chat-format SFT records of successful episodes")
-    s.add_argument("paths", nargs="+", metavar="PATH", help="run directories, then the output file")
-    s.add_argument("--with-reasoning", action="store_true", help="put reasoning back as reasoning_content")
-    s.add_argument("--allow-protocol-errors", action="store_true", help="keep episodes with repaired protocol errors")
-    s.add_argument("--include-failures", action="store_true", help="keep completed episodes with r_success 0")
-    s.set_defaults(handler=_cmd_sft)
-
-    lab = subparsers.add_parser("labels", help="label every episode of a run; writes labels.parquet")
-    lab.add_argument("run_dir")
-    lab.add_argument("--out", default=None, help="output parquet (default <run_dir>/labels.parquet)")
-    lab.set_defaults(handler=_cmd_labels)
-
-    c = subparsers.add_parser("candidates", help="mine skill candidates and a draft from a labelled TRAIN run")
-    c.add_argument("train_run_dir")
-    c.add_argument("out_dir")
-    c.add_argument("--min-support", type=int, default=2)
-    c.add_argument("--active-skill-budget", type=int, default=10)
-    c.add_argument("--analyst-base-url", default=None, help="use an analyst model at this OpenAI base URL")
-    c.add_argument("--analyst-model", default="analyst")
-    c.add_argument("--analyst-api-key-env", default=None)
-    c.set_defaults(handler=_cmd_candidates)
-
-    g = subparsers.add_parser("gate-a", help="paired masked validation of a draft; writes the selected SkillBank")
-    g.add_argument("experiment_config", help="bare val evaluation YAML (skills.path null)")
-    g.add_argument("bare_run_dir")
-    g.add_argument("draft_path")
-    g.add_argument("output_dir")
-    g.add_argument("--mask-seed", type=int, default=20260901)
-    g.add_argument("--active-skill-budget", type=int, default=None)
-    g.add_argument("--bootstrap-samples", type=int, default=1000)
-    g.add_argument("--plan", action="store_true", help="print the gate plan (reads and checks the bare run; no rollouts)")
-    g.set_defaults(handler=_cmd_gate_a)
-
-    pl = subparsers.add_parser("candidate-pool", help="ADD/REWRITE candidate pool against an active SkillBank")
-    pl.add_argument("active_bank")
-    pl.add_argument("candidates", help="skill_candidates.json")
-    pl.add_argument("out")
-    pl.add_argument("--round-id", required=True)
-    pl.add_argument("--proposal-checkpoint", required=True)
-    pl.add_argument("--max-candidates", type=int, default=6)
-    pl.set_defaults(handler=_cmd_pool)
-
-    og = subparsers.add_parser("online-gate", help="paired validation of a candidate pool; writes the next active bank")
-    og.add_argument("experiment_config", help="bare val evaluation YAML with model.checkpoint_id")
-    og.add_argument("bare_run_dir")
-    og.add_argument("pool")
-    og.add_argument("output_dir")
-    og.add_argument("--mask-seed", type=int, default=20260901)
-    og.add_argument("--active-skill-budget", type=int, default=10)
-    og.add_argument("--bootstrap-samples", type=int, default=1000)
-    og.set_defaults(handler=_cmd_online_gate)
-
-    sn = subparsers.add_parser("snapshot", help="write an immutable skillbank-<sha256>.json of a SkillBank")
-    sn.add_argument("bank")
-    sn.add_argument("out_dir")
-    sn.set_defaults(handler=_cmd_snapshot)

@@ -1,7 +1,13 @@
-"""The `.env` file rule of the evaluation config (runtime spec §3.2).
+"""The `.env` file rule of the evaluation config (runtime-semantics §3.2).
 
 A dotenv file only fills gaps: a value never overrides a variable the process already has, so a
 secret exported in the shell always wins over a file on disk.
+
+Why not python-dotenv: §3.2 fixes a simpler, literal format, and python-dotenv (1.x) reads the
+same file differently: it drops `` #…`` after an unquoted value (``KEY=pa #ss`` gives ``pa``, so
+a secret containing `` #`` would be silently cut), expands ``${VAR}`` references, and turns
+backslash escapes inside double quotes into characters. Existing ``.env`` files depend on the
+literal reading, so the parser stays ours (and is small).
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ def parse_dotenv(path: Path) -> dict[str, str]:
             code="dotenv-missing",
         ) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc.reason}); re-save the file as UTF-8", code="dotenv-missing") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 ({exc.reason}); re-save the file as UTF-8", code="dotenv-missing"
+        ) from None
     pairs: dict[str, str] = {}
     for raw in text.splitlines():
         line = raw.strip()

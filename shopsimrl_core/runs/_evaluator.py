@@ -1,66 +1,68 @@
-"""The evaluator: plan → guard → run directory → episodes in waves → summary (runtime spec §5.1, §6, §22).
+"""The evaluator: plan → guard → preflight → run directory → episodes in waves → summary.
+
+Runtime-semantics §5.1, §6, §22.
 
 Episodes run on one asyncio event loop, at most ``experiment.concurrency`` in flight (a fixed pool
 of workers), against ONE pooled model client and ONE pooled environment client for the whole run.
 Every finished attempt is appended to ``traces.jsonl`` synchronously on the loop, so a cancelled
-run (Ctrl-C) never leaves a half-written line: in-flight episodes release their leases, the
-clients close, a summary of what exists is written and the lock is released.
+run (Ctrl-C, SIGTERM) never leaves a half-written line: in-flight episodes release their leases,
+the clients close within a short grace, a summary of what exists is written and the lock is released.
+
+Around the episodes (docs/runs.md#leases, #outages): every lease is journaled in ``leases.jsonl``
+and released with retries (:mod:`._leases`); leases an earlier invocation left are released at the
+start; an unreachable environment or model pauses dispatching within an outage budget
+(:mod:`._outage`); an episode's next attempt waits a jittered backoff.
+
+Around this module: options and result types in :mod:`._evaluation_options`, client construction
+in :mod:`._run_clients`, signal handling in :mod:`._signals`, the test-split guard in :mod:`._ledger`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core.analysis._summary import summarize_run
+from shopsimrl_core.episode._trace import evaluator_boundary_record, is_complete, utc_now
 from shopsimrl_core.runs._config import EvalConfig
 from shopsimrl_core.runs._dotenv import apply_dotenv
-from shopsimrl_core._errors import ConfigError, TestSplitGuardError
+from shopsimrl_core.runs._durability import wait_durable
+from shopsimrl_core.runs._evaluation_options import EvaluationOptions, RunResult
 from shopsimrl_core.runs._jobs import EpisodeJob
+from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_test_access
 from shopsimrl_core.runs._plan import EvalPlan, build_plan
-from shopsimrl_core.runs._progress import ProgressEvent, ProgressTracker
-from shopsimrl_core.runs._store import RunStore, TestAccessLedger
-from shopsimrl_core.episode._trace import evaluator_boundary_record, is_complete, utc_now
-from shopsimrl_core.analysis._summary import summarize_run
+from shopsimrl_core.runs._progress import ProgressTracker
+from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _make_clients, _make_settings, _model_probe
+from shopsimrl_core.runs._signals import _with_signals
+from shopsimrl_core.runs._store import RunStore
 
-__all__ = ["RunResult", "run_evaluation", "arun_evaluation", "EpisodeFunction", "check_test_access", "boundary_record"]
+__all__ = [
+    "run_evaluation",
+    "arun_evaluation",
+    "boundary_record",
+]
 
-EpisodeFunction = Callable[..., Awaitable[dict[str, Any]]]
-"""``async (job, *, model, env, prompt, skills, settings) -> trace record`` (``run_episode``'s shape)."""
 
-
-@dataclass
-class RunResult:
-    """What a finished (or interrupted) evaluation left behind."""
-
-    run_dir: Path
-    summary: dict[str, Any]
-    counts: dict[str, Any]
-    summary_path: Path
-    traces_path: Path
-    manifest_path: Path
-    invocation_id: str
-    resumed: bool
-    attempts: int
-    interrupted: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        """§5.1: 1 when some planned episode is not complete, else 0."""
-        return 1 if self.counts.get("failed", 0) > 0 or self.counts.get("completed", 0) < self.counts.get("requested", 0) else 0
+# How long a cancelled run waits for the environment client to finish resets still in flight
+# before it drops their connections (the sandbox then forgets them; see docs/runs.md#signals).
+_CLOSE_GRACE_S = 1.5
+# Bound on waiting for the last group-commit fsync at the end (a hung disk must not break the 5 s
+# exit of a signal; the lines are in the page cache anyway, only a power cut could lose them).
+_DURABLE_WAIT_S = 2.0
 
 
 def _new_invocation_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
 
 
 def boundary_record(job: EpisodeJob, exc: BaseException) -> dict[str, Any]:
@@ -68,288 +70,271 @@ def boundary_record(job: EpisodeJob, exc: BaseException) -> dict[str, Any]:
     return evaluator_boundary_record(job.to_dict(), job.episode_id, exc)
 
 
-def _ledger_key(plan: EvalPlan) -> str:
-    return plan.config.model.checkpoint_id or plan.config.model_id
-
-
-def check_test_access(plan: EvalPlan, *, allow_test_split: bool, allow_test_rerun: bool = False) -> None:
-    """Refuse a guarded split without the per-invocation opt-in (§22.6). Reads only; writes nothing.
-
-    Raises:
-        TestSplitGuardError: code ``test-split-not-opted-in`` (no ``--allow-test-split``) or
-            ``test-split-rerun`` (this checkpoint and skills already ran on the test split
-            elsewhere; needs ``--allow-test-rerun``).
-    """
-    if not plan.guarded:
-        return
-    label = plan.config.source_label
-    if not allow_test_split:
-        raise TestSplitGuardError(
-            f"{label}: tasks.split: {plan.split.name!r} is a guarded test split (role {plan.split.role!r}); "
-            "final test numbers must not drive selection — pass --allow-test-split on the command line (it cannot be set in YAML)",
-            code="test-split-not-opted-in",
-        )
-    ledger = TestAccessLedger(plan.config.test_access_ledger_path)
-    prior = ledger.prior_runs(
-        checkpoint=_ledger_key(plan), skills=plan.skills.identity, run_dir=str(plan.run_dir), plan_fingerprint=plan.fingerprint
-    )
-    if prior and not allow_test_rerun:
-        last = prior[-1]
-        raise TestSplitGuardError(
-            f"{label}: checkpoint {_ledger_key(plan)!r} with these skills already ran on the test split "
-            f"({len(prior)} earlier run(s), last {last.get('at')} in {last.get('run_dir')}); pass --allow-test-rerun to run it again",
-            code="test-split-rerun",
-        )
-
-
-def _check_api_key(config: EvalConfig) -> None:
-    name = config.model.api_key_env
-    if name is not None and not os.environ.get(name):
-        raise ConfigError(
-            f"{config.source_label}: model.api_key_env: environment variable {name} is not set; "
-            "export it, put it in the experiment.dotenv file, or set model.api_key_env: null for endpoints without auth",
-            code="api-key-missing",
-        )
-
-
-def _make_settings(plan: EvalPlan) -> Any:
-    from shopsimrl_core.episode._runtime import EpisodeSettings
-
-    return EpisodeSettings(
-        max_steps=plan.config.runtime.max_steps,
-        persona=plan.persona,
-        model_identity=plan.model_identity,
-        environment_identity=plan.environment_identity,
-        prompt_identity=dict(plan.prompt.identity),
-        skills_identity=dict(plan.skills.identity),
-        runtime=plan.runtime_identity,
-    )
-
-
-async def arun_evaluation(
-    config: EvalConfig,
-    *,
-    allow_test_split: bool = False,
-    allow_test_rerun: bool = False,
-    overwrite: bool = False,
-    resume: bool | None = None,
-    max_attempts: int | None = None,
-    progress: Callable[[ProgressEvent], Any] | None = None,
-    model_transport: httpx.AsyncBaseTransport | None = None,
-    env_transport: httpx.AsyncBaseTransport | None = None,
-    opt_in_source: str = "cli",
-    episode_fn: EpisodeFunction | None = None,
-    on_start: Callable[[EvalPlan, RunStore, bool], Any] | None = None,
-    skill_provider: Any | None = None,
-    plan_blocks: dict[str, Any] | None = None,
-    only_failed: bool = False,
-    preflight: bool | None = None,
-    probe_seed: bool = False,
-) -> RunResult:
+async def arun_evaluation(config: EvalConfig, options: EvaluationOptions | None = None, **kwargs: Any) -> RunResult:
     """Run (or resume) the evaluation described by *config* and write its summary.
 
+    *options* holds the per-invocation settings (:class:`EvaluationOptions`); its fields may also be
+    passed as keyword arguments (they win over *options*).
+
     Promises:
-      - refusals happen before any model or environment call; a test-split refusal writes nothing;
+      - refusals happen before any model or environment call; a refusal (test split, preflight,
+        bad config) writes nothing;
       - the run directory is locked for the whole invocation (a second runner fails at once);
-      - every attempt is one fsynced line in ``traces.jsonl`` with ``attempt: {number, invocation_id}``;
-      - an episode is attempted at most *max_attempts* times in this invocation (default
-        ``experiment.max_episode_retries + 1``) and, if set, until ``experiment.max_total_attempts``
-        lines exist for it;
+      - every attempt is one line in ``traces.jsonl`` with ``attempt: {number, invocation_id}``, written
+        whole when the attempt ends and fsynced (group commit) before this returns or raises;
+      - an episode is attempted at most ``max_attempts`` times in this invocation (attempts lost to
+        a confirmed outage do not count) and, if set, until ``experiment.max_total_attempts`` lines
+        exist for it;
+      - every lease is journaled in ``leases.jsonl`` before use and released (with retries) before
+        this returns; leases an earlier invocation left are released at the start;
       - on cancellation in-flight episodes release their leases and nothing is half-written.
 
-    *resume* (None = the YAML's ``experiment.resume``) and *max_attempts* are per-invocation
-    execution settings. *only_failed* (``run --only-failed``, §22.3) attempts only episodes whose
-    latest stored record failed, leaving never-attempted ones alone. *preflight* (default: on
-    unless *episode_fn* is given) checks ``GET /healthz`` of the environment after the directory
-    checks and before anything is written, so an unreachable server is a refusal, not hundreds of
-    failed attempts. *probe_seed* (``run --probe-seed``, §22.10) sends one seeded request twice
-    before anything is written and records ``seed_honoured`` in ``manifest.execution`` (new runs)
-    and in the invocation line. *episode_fn* replaces ``run_episode`` (tests); *model_transport* and
-    *env_transport* are the httpx seams.
-
     Raises:
-        TestSplitGuardError: guarded split without *allow_test_split* (or a rerun without
-            *allow_test_rerun*).
+        TestSplitGuardError: guarded split without ``allow_test_split`` (or a rerun without
+            ``allow_test_rerun``).
         ConfigError: bad split/prompt/skills, missing API key variable, ``resume`` false on a
             non-empty directory.
+        PreflightError: the environment or the model is unusable (nothing was written).
         FingerprintMismatch: the directory belongs to another semantic plan.
         RunLockedError: another process holds the run directory.
+        OutageError: the environment or model stayed unreachable longer than the outage budget
+            (the summary of what exists is written first).
     """
+    opts = EvaluationOptions.from_kwargs(options, kwargs)
     plan = build_plan(config)
-    if skill_provider is not None or plan_blocks:
-        # Gates (SKILLS, spec §16) inject per-episode assignments and add their block to the plan.
+    if opts.skill_provider is not None or opts.plan_blocks:
+        # Gates (runtime-semantics §16) inject per-episode assignments and add their block to the plan.
         from shopsimrl_core._hashing import fingerprint as _fingerprint
 
-        if skill_provider is not None:
-            plan.skills = skill_provider
-        plan.semantic = {**plan.semantic, "skills": dict(plan.skills.identity), **(plan_blocks or {})}
+        if opts.skill_provider is not None:
+            plan.skills = opts.skill_provider
+        plan.semantic = {**plan.semantic, "skills": dict(plan.skills.identity), **(opts.plan_blocks or {})}
         plan.fingerprint = _fingerprint(plan.semantic)
-    check_test_access(plan, allow_test_split=allow_test_split, allow_test_rerun=allow_test_rerun)
-    resume_flag = config.experiment.resume if resume is None else resume
-    attempts_cap = max_attempts if max_attempts is not None else config.experiment.attempts_per_invocation
+    check_test_access(plan, allow_test_split=opts.allow_test_split, allow_test_rerun=opts.allow_test_rerun)
+    resume_flag = config.experiment.resume if opts.resume is None else opts.resume
+    attempts_cap = opts.max_attempts if opts.max_attempts is not None else config.experiment.attempts_per_invocation
     if attempts_cap < 1:
-        raise ConfigError(f"max_attempts must be >= 1 (got {attempts_cap}); pass a positive number", code="config-invalid")
-    total_cap = config.experiment.max_total_attempts
+        raise ConfigError(
+            f"max_attempts must be >= 1 (got {attempts_cap}); pass a positive number", code="config-invalid"
+        )
     if config.dotenv_path is not None:
         apply_dotenv(config.dotenv_path)
     _check_api_key(config)
 
     invocation_id = _new_invocation_id()
     store = RunStore(plan.run_dir)
-    run_dir_existed = plan.run_dir.exists()
+    before = _Untouched.observe(plan.run_dir, store.lock_path)
     store.acquire_lock(invocation_id)
     try:
-        archived: Path | None = None
-        try:
-            mode = "new" if overwrite else store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
-            if only_failed and mode == "new":
-                # retry-failed reruns a stored run's failures; it never starts a run (§22.3).
-                raise ConfigError(
-                    f"{plan.run_dir}: nothing to retry: the run directory holds no run of this plan; use `shopsimrl run` first",
-                    code="nothing-to-retry",
-                )
-            if (episode_fn is None) if preflight is None else preflight:
-                await _preflight_environment(plan, env_transport)
-            if episode_fn is None:
-                from shopsimrl_core.runs._seed_probe import check_seed_width
-
-                await check_seed_width(plan, transport=model_transport)
-            if probe_seed:
-                from shopsimrl_core.runs._seed_probe import probe_seed as _probe_seed
-
-                probe = await _probe_seed(plan, transport=model_transport)
-                plan.execution = {**plan.execution, "seed_honoured": probe["seed_honoured"], "seed_probe": probe}
-            if overwrite:
-                archived = store.archive_existing()
-        except BaseException:
-            if not run_dir_existed:
-                store.release_lock()
-                _remove_empty_run_dir(plan.run_dir)
-            raise
-        resumed = mode == "resume"
-        test_access = None
-        if plan.guarded:
-            test_access = {
-                "opted_in": True,
-                "source": opt_in_source,
-                "invocation_id": invocation_id,
-                "at": utc_now(),
-                "rerun_acknowledged": allow_test_rerun,
-            }
-        if not resumed:
-            store.write_manifest(
-                plan.semantic,
-                plan.fingerprint,
-                {**plan.execution, "invocation_id": invocation_id},
-                extra={"test_access": test_access} if test_access else None,
-            )
-        store.append_invocation(
-            {
-                "invocation_id": invocation_id,
-                "started_at": utc_now(),
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "mode": "resume" if resumed else "new",
-                "plan_fingerprint": plan.fingerprint,
-                "execution": plan.execution,
-                "max_attempts": attempts_cap,
-                "archived_previous": None if archived is None else str(archived),
-                "lock_takeover": store.lock_takeover,
-                "test_access": test_access,
-            }
-        )
-        if plan.guarded:
-            TestAccessLedger(config.test_access_ledger_path).append(
-                {
-                    "at": utc_now(),
-                    "plan_fingerprint": plan.fingerprint,
-                    "split": plan.split_identity,
-                    "checkpoint": _ledger_key(plan),
-                    "checkpoint_id": config.model.checkpoint_id,
-                    "model_id": config.model_id,
-                    "skills": plan.skills.identity,
-                    "run_dir": str(plan.run_dir),
-                    "invocation_id": invocation_id,
-                    "opt_in_source": opt_in_source,
-                    "resumed": resumed,
-                }
-            )
-        if on_start is not None:
-            on_start(plan, store, resumed)
-
-        index = store.index()
-        tracker = ProgressTracker(len(plan.jobs), [progress] if progress is not None else None)
-        planned_ids = {job.episode_id for job in plan.jobs}
-        tracker.preload(
-            sum(1 for eid in planned_ids if index.is_complete(eid)),
-            [index.entries[eid].reward for eid in planned_ids if index.is_complete(eid) and index.entries[eid].reward is not None],  # type: ignore[misc]
-        )
-        interrupted = False
-        try:
-            await _execute(
-                plan,
-                store,
-                index,
-                tracker,
-                attempts_cap=attempts_cap,
-                total_cap=total_cap,
-                invocation_id=invocation_id,
-                episode_fn=episode_fn,
-                model_transport=model_transport,
-                env_transport=env_transport,
-                only_failed=only_failed,
-            )
-        except (asyncio.CancelledError, KeyboardInterrupt):
-            interrupted = True
-            # Leave a summary of what exists; the traces are complete lines only.
-            summarize_run(plan.run_dir, store=store)
-            tracker.finish()
-            raise
-        summary = summarize_run(plan.run_dir, store=store)
-        tracker.finish()
-        return RunResult(
-            run_dir=plan.run_dir,
-            summary=summary,
-            counts=summary["counts"],
-            summary_path=store.summary_path,
-            traces_path=store.traces_path,
-            manifest_path=store.manifest_path,
-            invocation_id=invocation_id,
-            resumed=resumed,
-            attempts=tracker.attempts,
-            interrupted=interrupted,
-            warnings=list(tracker.listener_errors),
-        )
+        return await _run_locked(plan, store, opts, invocation_id, before, resume_flag, attempts_cap)
     finally:
+        # Trace and lease-journal lines are fsynced by group commit on a worker thread; the last
+        # round ends before the lock is released (normal end, error, SIGINT/SIGTERM alike). Waiting
+        # here blocks the loop, on purpose: nothing else runs any more, and a second cancel cannot cut it.
+        wait_durable(_DURABLE_WAIT_S)
         store.release_lock()
 
 
-async def _preflight_environment(plan: EvalPlan, transport: httpx.AsyncBaseTransport | None) -> None:
-    from shopsimrl_core.adapters._environment import ShopSimulatorClient
-    from shopsimrl_core._errors import ShopSimulatorError
+@dataclass
+class _Untouched:
+    """What existed before the lock was taken, so that a refusal can leave the disk exactly as it was."""
 
-    config = plan.config
-    async with ShopSimulatorClient(
-        base_url=config.environment.base_url, timeout=config.environment.timeout, persona=plan.persona, transport=transport,
-        http_transport=config.environment.http_transport,
-    ) as env:
+    missing_dirs: list[Path]
+    """Folders (run directory and its missing parents, deepest first) that the lock creates."""
+    lock_bytes: bytes | None
+    """The lock file's content, or None when there was none."""
+
+    @classmethod
+    def observe(cls, run_dir: Path, lock_path: Path) -> _Untouched:
+        missing: list[Path] = []
+        folder = run_dir
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
         try:
-            await env.health()
-        except ShopSimulatorError as exc:
-            raise ShopSimulatorError(
-                f"{config.source_label}: environment.base_url: {exc.one_line()}; start the environment or fix the URL "
-                "(nothing was written)",
-                code="environment-unreachable",
-            ) from None
+            lock_bytes: bytes | None = lock_path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            lock_bytes = None
+        except OSError:
+            lock_bytes = b""
+        return cls(missing, lock_bytes)
+
+    def restore(self, store: RunStore) -> None:
+        """Undo what taking the lock wrote (call after releasing it)."""
+        try:
+            if self.lock_bytes is None:
+                store.lock_path.unlink(missing_ok=True)
+            else:
+                store.lock_path.write_bytes(self.lock_bytes)
+            for folder in self.missing_dirs:
+                folder.rmdir()
+        except OSError:
+            pass
 
 
-def _remove_empty_run_dir(run_dir: Path) -> None:
-    # A refusal on a directory we just created must leave nothing behind.
+async def _run_locked(
+    plan: EvalPlan,
+    store: RunStore,
+    opts: EvaluationOptions,
+    invocation_id: str,
+    before: _Untouched,
+    resume_flag: bool,
+    attempts_cap: int,
+) -> RunResult:
+    config = plan.config
+    archived: Path | None = None
+    report: Any = None
     try:
-        (run_dir / "run.lock").unlink(missing_ok=True)
-        run_dir.rmdir()
-    except OSError:
-        pass
+        try:
+            mode = (
+                "new" if opts.overwrite else store.check_resumable(plan.semantic, plan.fingerprint, resume=resume_flag)
+            )
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"{store.manifest_path}: not UTF-8 text; the run directory was damaged — "
+                "restore it or use another experiment.name",
+                code="input-not-utf8",
+            ) from None
+        if opts.only_failed and mode == "new":
+            # retry-failed reruns a stored run's failures; it never starts a run (§22.3).
+            raise ConfigError(
+                f"{plan.run_dir}: nothing to retry: the run directory holds no run of this plan; "
+                "use `shopsimrl run` first",
+                code="nothing-to-retry",
+            )
+        if (opts.episode_fn is None) if opts.preflight is None else opts.preflight:
+            from shopsimrl_core.runs._preflight import apreflight
+
+            report = await apreflight(
+                config,
+                persona=plan.persona,
+                env_transport=opts.env_transport,
+                model_transport=opts.model_transport,
+                check_model=opts.episode_fn is None,
+            )
+        if opts.episode_fn is None:
+            from shopsimrl_core.runs._seed_probe import check_seed_width
+
+            await check_seed_width(plan, transport=opts.model_transport)
+        if opts.probe_seed:
+            from shopsimrl_core.runs._seed_probe import probe_seed as _probe_seed
+
+            probe = await _probe_seed(plan, transport=opts.model_transport)
+            plan.execution = {**plan.execution, "seed_honoured": probe["seed_honoured"], "seed_probe": probe}
+        if opts.overwrite:
+            archived = store.archive_existing()
+    except BaseException:
+        # A refusal leaves the disk as it was: no lock holder written, no folder created.
+        store.release_lock()
+        before.restore(store)
+        raise
+    resumed = mode == "resume"
+    test_access = None
+    if plan.guarded:
+        test_access = {
+            "opted_in": True,
+            "source": opts.opt_in_source,
+            "invocation_id": invocation_id,
+            "at": utc_now(),
+            "rerun_acknowledged": opts.allow_test_rerun,
+        }
+    if not resumed:
+        store.write_manifest(
+            plan.semantic,
+            plan.fingerprint,
+            {**plan.execution, "invocation_id": invocation_id},
+            extra={"test_access": test_access} if test_access else None,
+        )
+    store.append_invocation(
+        {
+            "invocation_id": invocation_id,
+            "started_at": utc_now(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "mode": "resume" if resumed else "new",
+            "plan_fingerprint": plan.fingerprint,
+            "execution": plan.execution,
+            "max_attempts": attempts_cap,
+            "archived_previous": None if archived is None else str(archived),
+            "lock_takeover": store.lock_takeover,
+            "test_access": test_access,
+        }
+    )
+    if plan.guarded:
+        TestAccessLedger(config.test_access_ledger_path).append(
+            {
+                "at": utc_now(),
+                "plan_fingerprint": plan.fingerprint,
+                "split": plan.split_identity,
+                "checkpoint": _ledger_key(plan),
+                "checkpoint_id": config.model.checkpoint_id,
+                "model_id": config.model_id,
+                "skills": plan.skills.identity,
+                "run_dir": str(plan.run_dir),
+                "invocation_id": invocation_id,
+                "opt_in_source": opts.opt_in_source,
+                "resumed": resumed,
+            }
+        )
+    if opts.on_start is not None:
+        opts.on_start(plan, store, resumed)
+
+    index = store.index()
+    tracker = ProgressTracker(len(plan.jobs), [opts.progress] if opts.progress is not None else None)
+    planned_ids = {job.episode_id for job in plan.jobs}
+    done_rewards: list[float] = []
+    for eid in planned_ids:
+        reward = index.entries[eid].reward if index.is_complete(eid) else None
+        if reward is not None:
+            done_rewards.append(reward)
+    tracker.preload(
+        sum(1 for eid in planned_ids if index.is_complete(eid)),
+        done_rewards,
+    )
+    from shopsimrl_core.runs._outage import OutageError
+
+    try:
+        await _execute(
+            plan, store, index, tracker, opts, attempts_cap=attempts_cap, invocation_id=invocation_id, report=report
+        )
+    except (asyncio.CancelledError, KeyboardInterrupt, OutageError):
+        # Leave a summary of what exists; the traces are complete lines only.
+        summarize_run(plan.run_dir, store=store)
+        tracker.finish()
+        raise
+    summary = summarize_run(plan.run_dir, store=store)
+    tracker.finish()
+    return RunResult(
+        run_dir=plan.run_dir,
+        summary=summary,
+        counts=summary["counts"],
+        summary_path=store.summary_path,
+        traces_path=store.traces_path,
+        manifest_path=store.manifest_path,
+        invocation_id=invocation_id,
+        resumed=resumed,
+        attempts=tracker.attempts,
+        interrupted=False,
+        warnings=list(tracker.listener_errors),
+    )
+
+
+@dataclass
+class _Books:
+    """Per-episode counters of one invocation (lifetime lines, attempts now, completion, backoff)."""
+
+    lifetime: dict[str, int]
+    complete: dict[str, bool]
+    this_invocation: dict[str, int]
+    eligible: set[str]
+    failures: dict[str, int] = field(default_factory=dict)
+    not_before: dict[str, float] = field(default_factory=dict)
+
+    def may_attempt(self, job: EpisodeJob, attempts_cap: int, total_cap: int | None) -> bool:
+        eid = job.episode_id
+        if eid not in self.eligible or self.complete[eid] or self.this_invocation[eid] >= attempts_cap:
+            return False
+        return total_cap is None or self.lifetime[eid] < total_cap
 
 
 async def _execute(
@@ -357,100 +342,155 @@ async def _execute(
     store: RunStore,
     index: Any,
     tracker: ProgressTracker,
+    opts: EvaluationOptions,
     *,
     attempts_cap: int,
-    total_cap: int | None,
     invocation_id: str,
-    episode_fn: EpisodeFunction | None,
-    model_transport: httpx.AsyncBaseTransport | None,
-    env_transport: httpx.AsyncBaseTransport | None,
-    only_failed: bool = False,
+    report: Any = None,
 ) -> None:
-    from shopsimrl_core.adapters._environment import ShopSimulatorClient
-    from shopsimrl_core.adapters._model import ChatModelClient
+    from shopsimrl_core.runs._env_pool import per_server
+    from shopsimrl_core.runs._leases import JournaledEnvironment, LeaseJournal
+    from shopsimrl_core.runs._outage import OutageGate, retry_delay, suspected_service
 
     config = plan.config
+    total_cap = config.experiment.max_total_attempts
+    episode_fn = opts.episode_fn
     if episode_fn is None:
         from shopsimrl_core.episode._runtime import run_episode
 
         episode_fn = run_episode
+    resilient = (opts.episode_fn is None) if opts.resilience is None else opts.resilience
     settings = _make_settings(plan)
-
-    lifetime = {job.episode_id: index.attempts(job.episode_id) for job in plan.jobs}
-    complete = {job.episode_id: index.is_complete(job.episode_id) for job in plan.jobs}
-    this_invocation = {job.episode_id: 0 for job in plan.jobs}
-    eligible = {job.episode_id for job in plan.jobs if not only_failed or lifetime[job.episode_id] > 0}
-
-    def may_attempt(job: EpisodeJob) -> bool:
-        eid = job.episode_id
-        if eid not in eligible or complete[eid] or this_invocation[eid] >= attempts_cap:
-            return False
-        return total_cap is None or lifetime[eid] < total_cap
-
-    model = ChatModelClient.from_config(config.model, transport=model_transport)
-    env = ShopSimulatorClient(
-        base_url=config.environment.base_url,
-        timeout=config.environment.timeout,
-        persona=plan.persona,
-        max_connections=config.environment.max_connections,
-        transport=env_transport,
-        http_transport=config.environment.http_transport,
+    books = _Books(
+        lifetime={job.episode_id: index.attempts(job.episode_id) for job in plan.jobs},
+        complete={job.episode_id: index.is_complete(job.episode_id) for job in plan.jobs},
+        this_invocation={job.episode_id: 0 for job in plan.jobs},
+        eligible={job.episode_id for job in plan.jobs if not opts.only_failed or index.attempts(job.episode_id) > 0},
     )
+    rng = random.Random()
+    model, raw_env = _make_clients(plan, opts)
+    journal = LeaseJournal(plan.run_dir, invocation_id)
+    # One JournaledEnvironment per server (one journal): each lease is journaled with its server's URL.
+    env = per_server(raw_env, lambda client: JournaledEnvironment(
+        client,
+        journal,
+        reset_wait_seconds=config.environment.reset_wait_seconds,
+        release_retry_seconds=config.environment.release_retry_seconds,
+        notice=tracker.notice,
+    ))
+    probes: dict[str, Callable[[], Awaitable[Any]]] = {}
+    if resilient:
+        probes = {"environment": raw_env.health, "model": _model_probe(plan, opts)}
+    gate = OutageGate(config.experiment.outage_budget_seconds, probes, notice=tracker.notice)
 
     async def attempt(job: EpisodeJob) -> None:
+        eid = job.episode_id
+        wait = books.not_before.get(eid, 0.0) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await gate.wait_open()
         try:
-            record = await episode_fn(job, model=model, env=env, prompt=plan.prompt, skills=plan.skills, settings=settings)
-            if not isinstance(record, dict) or record.get("episode_id") != job.episode_id:
-                raise RuntimeError(f"episode function returned no trace record for {job.episode_id}")
+            record = await episode_fn(
+                job, model=model, env=env, prompt=plan.prompt, skills=plan.skills, settings=settings
+            )
+            if not isinstance(record, dict) or record.get("episode_id") != eid:
+                raise RuntimeError(f"episode function returned no trace record for {eid}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the runtime itself broke: store the boundary record (§6.7)
             record = boundary_record(job, exc)
-        eid = job.episode_id
-        lifetime[eid] += 1
-        this_invocation[eid] += 1
-        record["attempt"] = {"number": lifetime[eid], "invocation_id": invocation_id}
+        books.lifetime[eid] += 1
+        books.this_invocation[eid] += 1
+        record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
         try:
             store.append(record)
         except (TypeError, ValueError) as exc:  # not serialisable (e.g. NaN): keep the failure visible
             record = boundary_record(job, exc)
-            record["attempt"] = {"number": lifetime[eid], "invocation_id": invocation_id}
+            record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
             store.append(record)
         done = is_complete(record)
-        complete[eid] = done
+        books.complete[eid] = done
+        if not done and resilient:
+            service = suspected_service(record)
+            if service is not None and await gate.check(service):
+                books.this_invocation[eid] -= 1  # lost to an outage: not the episode's fault
+            else:
+                books.failures[eid] = books.failures.get(eid, 0) + 1
+                books.not_before[eid] = time.monotonic() + retry_delay(books.failures[eid], rng)
         reward = record["final"].get("reward") if done else None
         reward = float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
-        tracker.attempt(eid, complete=done, reward=reward, exhausted=not done and not may_attempt(job))
+        tracker.attempt(
+            eid,
+            complete=done,
+            reward=reward,
+            exhausted=not done and not books.may_attempt(job, attempts_cap, total_cap),
+        )
 
-    async with model, env:
-        tracker.start()
-        while True:
-            pending = [job for job in plan.jobs if may_attempt(job)]
-            if not pending:
-                break
-            tracker.start_wave(len(pending))
-            queue = iter(pending)
-
-            async def worker() -> None:
-                for job in queue:
-                    await attempt(job)
-
-            workers = [asyncio.create_task(worker()) for _ in range(min(config.experiment.concurrency, len(pending)))]
-            try:
-                await asyncio.gather(*workers)
-            except BaseException:
-                for task in workers:
-                    # Cancel once only: a second cancel would interrupt an episode's shielded lease
-                    # release, and the client pool closes right after this block.
-                    if not task.done() and not task.cancelling():
-                        task.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise
+    await raw_env.__aenter__()  # open the pools now: they are closed (bounded) in the finally below
+    try:
+        async with model:
+            released, kept = await env.recover()
+            if released or kept:
+                tracker.notice(
+                    f"released {released} lease(s) an earlier invocation of this run left in leases.jsonl"
+                    + (f"; {kept} could not be released (other environment URL or release failing)" if kept else "")
+                )
+            if resilient:
+                await _warn_no_free_slot(env, tracker, config, report)
+            tracker.start()
+            while True:
+                pending = [job for job in plan.jobs if books.may_attempt(job, attempts_cap, total_cap)]
+                if not pending:
+                    break
+                tracker.start_wave(len(pending))
+                await _run_wave(pending, attempt, config.experiment.concurrency)
+    finally:
+        gate.cancel()
+        await env.drain(timeout=_CLOSE_GRACE_S)
+        await _close_env(raw_env, _CLOSE_GRACE_S)
 
 
-def run_evaluation(config: EvalConfig, **kwargs: Any) -> RunResult:
-    """Synchronous facade of :func:`arun_evaluation` (same keyword arguments and promises).
+async def _warn_no_free_slot(env: Any, tracker: ProgressTracker, config: EvalConfig, report: Any) -> None:
+    try:
+        health = await env.health()
+    except Exception:
+        return  # the first reset will say more
+    free, slots = health.get("free_slots"), health.get("environment_slots")
+    if isinstance(free, int) and free == 0:
+        tracker.notice(
+            f"the environment at {config.environment.base_url} reports no free slot (0 of {slots}); resets will wait "
+            f"up to {config.environment.reset_wait_seconds:g} s each — another run holds them, or they leaked"
+        )
 
-    Ctrl-C cancels the run cleanly and re-raises ``KeyboardInterrupt``.
+
+async def _run_wave(
+    pending: list[EpisodeJob], attempt: Callable[[EpisodeJob], Awaitable[None]], concurrency: int
+) -> None:
+    queue = iter(pending)
+
+    async def worker() -> None:
+        for job in queue:
+            await attempt(job)
+
+    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(pending)))]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        for task in workers:
+            # Cancel once only: a second cancel would interrupt an episode's shielded lease
+            # release, and the client pool closes right after this block.
+            if not task.done() and not task.cancelling():
+                task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
+
+
+def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None, **kwargs: Any) -> RunResult:
+    """Synchronous facade of :func:`arun_evaluation` (same arguments and promises).
+
+    In the main thread SIGINT and SIGTERM cancel the run cleanly (leases released, summary written,
+    lock freed) and re-raise ``KeyboardInterrupt`` (SIGINT) or :class:`RunTerminated` (SIGTERM, a
+    ``KeyboardInterrupt`` subclass). A shutdown that takes longer than 4 s ends the process with
+    130/143 at once; leases it still held are in ``leases.jsonl`` and released at the next start.
     """
-    return asyncio.run(arun_evaluation(config, **kwargs))
+    return asyncio.run(_with_signals(arun_evaluation(config, options, **kwargs)))

@@ -1,4 +1,4 @@
-"""Episode jobs: sampling, job order, seeds and episode ids (runtime spec §4.2–§4.4)."""
+"""Episode jobs: sampling, job order, seeds and episode ids (runtime-semantics §4.2–§4.4)."""
 
 from __future__ import annotations
 
@@ -41,17 +41,12 @@ class EpisodeJob:
         """The trace key of this job (§4.4)."""
         return episode_id(self.task_id, self.sample_id)
 
-    @property
-    def pairing_key(self) -> tuple[str, int, int]:
-        """The key that pairs episodes across runs: ``(split, task_id, sample_id)``."""
-        return (self.split, self.task_id, self.sample_id)
-
     def to_dict(self) -> dict[str, Any]:
         """The job as stored in manifests and traces, keys in the contract's order."""
         return {"task_id": self.task_id, "sample_id": self.sample_id, "seed": self.seed, "split": self.split}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EpisodeJob":
+    def from_dict(cls, data: dict[str, Any]) -> EpisodeJob:
         """Rebuild a job from its stored form."""
         return cls(int(data["task_id"]), int(data["sample_id"]), int(data["seed"]), str(data["split"]))
 

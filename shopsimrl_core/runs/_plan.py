@@ -1,4 +1,4 @@
-"""The semantic plan of an evaluation and its fingerprint (runtime spec §6.2–§6.4 with the §22.1 rule).
+"""The semantic plan of an evaluation and its fingerprint (runtime-semantics §6.2–§6.4 with the §22.1 rule).
 
 The plan holds only what changes the meaning of the episodes: model and sampling, split identity,
 jobs, environment identity, step limit and action protocol, prompt and skills identities. Execution
@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.runs._config import EvalConfig
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
+from shopsimrl_core.runs._config import EvalConfig
 from shopsimrl_core.runs._jobs import EpisodeJob, plan_jobs
 from shopsimrl_core.runs._splits import TaskSplit, load_split_file
-from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
 
 __all__ = [
     "EvalPlan",
@@ -61,6 +61,9 @@ def model_identity(config: EvalConfig, *, with_transport: bool) -> dict[str, Any
     if m.seed_mod_2_32:
         # Enters the sampling identity only when true, so existing identities are unchanged (§1.1 rule 3).
         identity["sampling"]["seed_mod_2_32"] = True
+    if m.tool_call_content != "null":
+        # What the model is shown of its own tool-call turns; absent at the default for the same reason.
+        identity["sampling"]["tool_call_content"] = m.tool_call_content
     return identity
 
 
@@ -79,12 +82,14 @@ def _resolve_persona(config: EvalConfig, split: TaskSplit) -> bool:
     label = config.source_label
     if configured is None and declared is None:
         raise ConfigError(
-            f"{label}: environment.persona: null and split {split.name!r} declares no persona flag; set environment.persona to true or false",
+            f"{label}: environment.persona: null and split {split.name!r} declares no persona flag; set "
+            "environment.persona to true or false",
             code="config-invalid",
         )
     if configured is not None and declared is not None and configured != declared:
         raise ConfigError(
-            f"{label}: environment.persona: {str(configured).lower()} contradicts split {split.name!r} (persona: {str(declared).lower()}); "
+            f"{label}: environment.persona: {str(configured).lower()} contradicts split {split.name!r} (persona: "
+            f"{str(declared).lower()}); "
             "set environment.persona to null or to the split's value",
             code="config-invalid",
         )
@@ -186,13 +191,30 @@ def build_plan(config: EvalConfig) -> EvalPlan:
     from shopsimrl_core.episode._skillbank import load_skill_provider
 
     split = load_split_file(config.split_file_path).get(config.tasks.split)
+    if split.task_count == 0:
+        raise ConfigError(
+            f"{split.source_path}: splits.{split.name}: has no task ids, so the run would plan 0 episodes; "
+            "add task ids or set tasks.split to another split",
+            code="split-empty",
+        )
     persona = _resolve_persona(config, split)
     sample_size = config.tasks.sample_size
     if sample_size is not None and sample_size > split.task_count:
         raise ConfigError(
-            f"{config.source_label}: tasks.sample_size: must be <= {split.task_count}, the size of split {split.name!r} (got {sample_size}); "
+            f"{config.source_label}: tasks.sample_size: must be <= {split.task_count}, the size of split "
+            f"{split.name!r} (got {sample_size}); "
             "lower it or set it to null",
             code="config-invalid",
+        )
+    planned = (sample_size if sample_size is not None else split.task_count) * config.tasks.repeats
+    bound = config.experiment.max_planned_episodes
+    if planned > bound:
+        # Checked before any job exists: a typo like repeats: 1000000000 must not eat the machine.
+        raise ConfigError(
+            f"{config.source_label}: tasks.repeats: the plan would hold {planned} episodes, more than "
+            f"experiment.max_planned_episodes ({bound}); lower tasks.repeats / tasks.sample_size, or raise "
+            "experiment.max_planned_episodes if you mean it",
+            code="plan-too-large",
         )
     jobs = plan_jobs(
         split.task_ids,
@@ -225,7 +247,11 @@ def build_plan(config: EvalConfig) -> EvalPlan:
     m = config.model
     execution = {
         "concurrency": config.experiment.concurrency,
-        "model_transport": {"timeout_seconds": m.timeout, "max_retries": m.max_retries, "retry_backoff_seconds": m.retry_backoff_seconds},
+        "model_transport": {
+            "timeout_seconds": m.timeout,
+            "max_retries": m.max_retries,
+            "retry_backoff_seconds": m.retry_backoff_seconds,
+        },
         "stream": m.stream,
         "trust_env": m.trust_env,
         "model_max_connections": m.max_connections,
@@ -254,12 +280,20 @@ def build_plan(config: EvalConfig) -> EvalPlan:
     )
 
 
-_NON_SEMANTIC_PATHS = (("model", "transport"), ("runtime", "concurrency"), ("task_split", "source_path"), ("bare_baseline", "run_dir"))
+_NON_SEMANTIC_PATHS = (
+    ("model", "transport"),
+    ("runtime", "concurrency"),
+    ("task_split", "source_path"),
+    ("bare_baseline", "run_dir"),
+)
 
 
 def semantic_projection(plan: dict[str, Any], *, keep_task_ids_sha256: bool = True) -> dict[str, Any]:
-    """Drop the non-semantic fields of a (legacy or new) plan: ``model.transport``,
-    ``runtime.concurrency``, ``task_split.source_path`` and ``bare_baseline.run_dir`` (§22.1)."""
+    """Drop the non-semantic fields of a (legacy or new) plan (§22.1).
+
+    They are ``model.transport``, ``runtime.concurrency``, ``task_split.source_path`` and
+    ``bare_baseline.run_dir``.
+    """
     projected = {key: (dict(value) if isinstance(value, dict) else value) for key, value in plan.items()}
     for outer, inner in _NON_SEMANTIC_PATHS:
         block = projected.get(outer)
@@ -291,8 +325,10 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
 
 
 def plan_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Dotted paths where two plans differ semantically (projection applied to both sides;
-    ``task_ids_sha256`` compared only when both have it)."""
+    """Dotted paths where two plans differ semantically.
+
+    The projection is applied to both sides; ``task_ids_sha256`` is compared only when both have it.
+    """
     both = "task_ids_sha256" in stored and "task_ids_sha256" in current
     out: list[str] = []
     _diff(

@@ -21,7 +21,9 @@ class ProgressEvent:
     """A snapshot after something happened in the run.
 
     ``kind``: ``start`` (before the first wave), ``wave`` (a wave begins), ``attempt`` (one attempt
-    stored) or ``finish`` (all waves over, or interrupted).
+    stored), ``notice`` (a one-line message in ``message``: resets waiting for a slot, an outage
+    paused the run, leases of an earlier invocation released) or ``finish`` (all waves over, or
+    interrupted).
     """
 
     kind: str
@@ -45,6 +47,8 @@ class ProgressEvent:
     episode_id: str | None = None
     status: str | None = None
     reward: float | None = None
+    message: str | None = None
+    """The text of a ``notice`` event (untrusted server text is cut to one line)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as a JSON-ready dict."""
@@ -130,8 +134,14 @@ class ProgressTracker:
             if exhausted:
                 self.failed += 1
         self._emit(
-            self._snapshot("attempt", episode_id=episode_id, status="completed" if complete else "failed", reward=reward)
+            self._snapshot(
+                "attempt", episode_id=episode_id, status="completed" if complete else "failed", reward=reward
+            )
         )
+
+    def notice(self, message: str) -> None:
+        """Emit a ``notice`` carrying *message* folded onto one line."""
+        self._emit(self._snapshot("notice", message=" ".join(str(message).split())))
 
     def finish(self) -> None:
         """Emit ``finish``."""
@@ -192,11 +202,20 @@ class ConsoleProgress:
 
     def __call__(self, event: ProgressEvent) -> None:
         now = time.monotonic()
+        if event.kind == "notice":
+            self._clear()
+            self.stream.write(f"shopsimrl: {event.message}\n")
+            self.stream.flush()
+            return
         if self.tty:
             if event.kind == "attempt" and event.status == "failed" and self.per_attempt_lines:
                 self._clear()
                 self.stream.write(f"{event.episode_id} failed (attempt stored)\n")
-            if event.kind in {"start", "wave", "finish"} or now - self._last_draw >= self.refresh_s or event.done == event.total:
+            if (
+                event.kind in {"start", "wave", "finish"}
+                or now - self._last_draw >= self.refresh_s
+                or event.done == event.total
+            ):
                 self._clear()
                 self.stream.write(self.bar(event))
                 self._drawn = True
@@ -208,7 +227,9 @@ class ConsoleProgress:
             return
         if event.kind == "attempt" and self.per_attempt_lines:
             reward = "None" if event.reward is None else repr(event.reward)
-            self.lines.write(f"[{event.wave_done}/{event.wave_total}] {event.episode_id} status={event.status} reward={reward}\n")
+            self.lines.write(
+                f"[{event.wave_done}/{event.wave_total}] {event.episode_id} status={event.status} reward={reward}\n"
+            )
             self.lines.flush()
         if event.kind == "finish" or now - self._last_line >= self.interval_s:
             self.stream.write(self.bar(event) + "\n")

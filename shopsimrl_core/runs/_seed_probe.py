@@ -1,4 +1,4 @@
-"""Seed probe: does the model server reproduce a seeded request? (runtime spec §22.10)
+"""Seed probe: does the model server reproduce a seeded request? (runtime-semantics §22.10)
 
 ``plan --probe-seed`` and ``run --probe-seed`` send ONE seeded request twice — the plan's first
 job seed, the run's prompt and the home page's tools — and compare the two answers. The verdict
@@ -8,9 +8,10 @@ goes into ``manifest.execution.seed_honoured``; it is an execution fact, never f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # annotations only: `shopsimrl run` does not import httpx
+    import httpx
 
 from shopsimrl_core.episode._trace import utc_now
 
@@ -52,8 +53,10 @@ def widest_call_seed(plan: Any) -> int | None:
 
 
 async def check_seed_width(plan: Any, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
-    """Preflight of §22.10: when the run would send a seed >= 2**32 (and ``seed_mod_2_32`` is off),
-    send that seed once and refuse the run if the server does not accept it. Otherwise no request.
+    """Preflight of §22.10: refuse the run if the server does not accept its widest seed.
+
+    When the run would send a seed >= 2**32 (and ``seed_mod_2_32`` is off), that seed is sent once;
+    otherwise no request is made.
 
     Raises:
         ConfigError: code ``seed-too-wide`` — the server refused the wide seed.
@@ -71,7 +74,8 @@ async def check_seed_width(plan: Any, *, transport: httpx.AsyncBaseTransport | N
             await client.complete(messages, tools, seed=widest)
     except ModelRequestError as exc:
         raise ConfigError(
-            f"{plan.config.source_label}: model.seed_mod_2_32: the run sends seeds up to {widest} (>= 2**32) and the model "
+            f"{plan.config.source_label}: model.seed_mod_2_32: the run sends seeds up to {widest} (>= 2**32) and the "
+            "model "
             f"server refused one ({exc}); set model.seed_mod_2_32: true to send them mod 2**32 (nothing was written)",
             code="seed-too-wide",
         ) from None

@@ -1,4 +1,4 @@
-"""Task split files: explicit id lists, legacy ranges, roles and split identity (runtime spec §4.1, §22.1, §22.6).
+"""Task split files: explicit id lists, legacy ranges, roles and split identity (runtime-semantics §4.1, §22.1, §22.6).
 
 A split is identified by its name, the file's version and ``task_ids_sha256`` — the fingerprint of
 its id list in file order — so moving the file or reformatting it never changes the identity.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._hashing import fingerprint
@@ -48,7 +48,12 @@ class TaskSplit:
 
     def plan_identity(self, persona: bool) -> dict[str, Any]:
         """The semantic ``task_split`` block of a plan (§22.1): no path, persona as resolved."""
-        return {"name": self.name, "split_version": self.split_version, "persona": persona, "task_count": self.task_count}
+        return {
+            "name": self.name,
+            "split_version": self.split_version,
+            "persona": persona,
+            "task_count": self.task_count,
+        }
 
     def identity(self) -> dict[str, Any]:
         """The split identity used in ledgers and metadata: name, version, hash, role and size."""
@@ -90,7 +95,7 @@ def _fail(path: Path, where: str, message: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {message}", code="split-invalid")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -101,7 +106,9 @@ def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskS
     if "task_ids" in body:
         raw_ids = body["task_ids"]
         if not isinstance(raw_ids, list):
-            raise _fail(path, f"{where}.task_ids", f"must be a list of non-negative ints (got {type(raw_ids).__name__})")
+            raise _fail(
+                path, f"{where}.task_ids", f"must be a list of non-negative ints (got {type(raw_ids).__name__})"
+            )
         ids = raw_ids
     elif "start" in body or "end" in body:
         start, end = body.get("start"), body.get("end")
@@ -123,13 +130,21 @@ def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskS
     role = body.get("role")
     if role is not None and not isinstance(role, str):
         raise _fail(path, f"{where}.role", f"must be a string (got {role!r})")
+    count = body.get("task_count")
+    if count is not None and (not _is_int(count) or count != len(ids)):
+        raise _fail(
+            path,
+            f"{where}.task_count",
+            f"says {count!r} but the split has {len(ids)} task ids; fix task_count or restore the id list",
+        )
     computed = fingerprint(list(ids))
     declared = body.get("task_ids_sha256")
     if declared is not None and declared != computed:
         raise _fail(
             path,
             f"{where}.task_ids_sha256",
-            f"does not match the task ids (declared {declared}, computed {computed}); the id list was edited — restore the frozen file",
+            f"does not match the task ids (declared {declared}, computed {computed}); the id list was edited — "
+            "restore the frozen file",
         )
     return TaskSplit(
         name=name,
@@ -147,22 +162,28 @@ def load_split_file(path: str | Path) -> SplitFile:
     """Load and validate a split file.
 
     Promises: ids are non-negative, unique ints in file order (legacy ranges expanded);
-    every declared ``task_ids_sha256`` matches; keys the format does not know are ignored.
+    every declared ``task_ids_sha256`` and ``task_count`` matches; keys the format does not know are
+    ignored. (An empty split parses; planning a run on it is refused by ``build_plan``.)
 
     Raises:
         ConfigError: missing file, invalid JSON, or a split that breaks the rules above.
     """
+    from shopsimrl_core.runs._config import read_text_input
+
     resolved = Path(path).resolve()
+    text = read_text_input(resolved, "split file", "fix tasks.split_file")
     try:
-        data = json.loads(resolved.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{resolved}: split file not found; fix tasks.split_file", code="split-invalid") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{resolved}: not valid JSON ({exc.msg} at line {exc.lineno}); restore the file", code="split-invalid") from None
+        raise ConfigError(
+            f"{resolved}: not valid JSON ({exc.msg} at line {exc.lineno}); restore the file", code="split-invalid"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
         raise ConfigError(f"{resolved}: splits: must be an object mapping split names to splits", code="split-invalid")
     version = data.get("version")
     version = None if version is None else str(version)
     splits = {str(name): _parse_split(resolved, str(name), body, version) for name, body in data["splits"].items()}
     schema = data.get("schema_version")
-    return SplitFile(path=resolved, version=version, schema_version=None if schema is None else str(schema), splits=splits)
+    return SplitFile(
+        path=resolved, version=version, schema_version=None if schema is None else str(schema), splits=splits
+    )

@@ -1,15 +1,16 @@
-"""The run directory: manifest, append-only traces, lock, invocations and the test-access ledger.
+"""The run directory: manifest, append-only traces, lock and invocations.
 
-Layout of ``<output_dir>/<experiment>/`` (runtime spec §6.1, §22):
+Layout of ``<output_dir>/<experiment>/`` (runtime-semantics §6.1, §22):
 
 - ``manifest.json``     plan, fingerprint and the creating invocation's execution settings
-- ``traces.jsonl``      one line per attempt; append-only, fsynced, torn tail healed (§6.5)
+- ``traces.jsonl``      one line per attempt; append-only, fsynced by group commit, torn tail healed (§6.5)
 - ``summary.json``      ``shopsimrl-eval-summary-v2``
 - ``run.lock``          exclusive ``flock`` held by the one writer (§22.4)
 - ``invocations.jsonl`` one line per invocation that touched the directory (§22.1)
 
 Readers stream ``traces.jsonl``: the index keeps byte offsets of each episode's latest line, never
-the records themselves.
+the records themselves. The line stream is ``runs/_jsonl.py``, the index view ``runs/_trace_index.py``;
+the project-level test-access ledger lives in ``runs/_ledger.py``.
 """
 
 from __future__ import annotations
@@ -23,96 +24,23 @@ import socket
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from shopsimrl_core._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
 from shopsimrl_core.episode._trace import is_complete, utc_now
-from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA, TEST_ACCESS_LEDGER_SCHEMA
+from shopsimrl_core.runs._durability import request_fsync
+from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
+from shopsimrl_core.runs._trace_index import TraceIndex
 
 __all__ = [
     "RunStore",
-    "TraceLine",
-    "iter_trace_lines",
-    "TraceIndex",
-    "EpisodeEntry",
-    "TestAccessLedger",
     "is_complete",
     "utc_now",
 ]
-
-
-@dataclass(frozen=True)
-class TraceLine:
-    """One line of a traces file as the store reads it (runtime spec §6.5)."""
-
-    number: int
-    """1-based line number."""
-    offset: int
-    length: int
-    value: Any
-    """The parsed JSON value; None when the line did not parse."""
-    parsed: bool
-    """False for a blank line or one that is not JSON (a torn write of a killed process)."""
-    blank: bool
-    """The line holds only whitespace."""
-
-
-def iter_trace_lines(path: str | os.PathLike[str]) -> Iterator[TraceLine]:
-    """Stream a traces file line by line, parsing each line once; a missing file yields nothing.
-
-    No line is kept after its turn, so memory stays flat for files of any size.
-    """
-    offset = 0
-    for number, raw in enumerate(_raw_lines(Path(path)), start=1):
-        length = len(raw)
-        try:
-            line = TraceLine(number, offset, length, json.loads(raw), True, False)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            line = TraceLine(number, offset, length, None, False, not raw.strip())
-        yield line
-        offset += length
-
-
-@dataclass
-class EpisodeEntry:
-    """What the index knows about one episode id, without holding its records."""
-
-    offset: int
-    length: int
-    attempts: int = 1
-    completed_lines: int = 0
-    complete: bool = False
-    status: str | None = None
-    reward: float | None = None
-    """``final.reward`` of the latest record when it is complete and a number."""
-
-
-@dataclass
-class TraceIndex:
-    """Latest-record-wins index over ``traces.jsonl`` (§6.5)."""
-
-    entries: dict[str, EpisodeEntry] = field(default_factory=dict)
-    lines: int = 0
-    skipped_lines: int = 0
-
-    def attempts(self, episode_id: str) -> int:
-        """Counted lines of *episode_id* (its lifetime ``attempt_count``)."""
-        entry = self.entries.get(episode_id)
-        return 0 if entry is None else entry.attempts
-
-    def is_complete(self, episode_id: str) -> bool:
-        """Whether the episode's latest record satisfies the completion predicate."""
-        entry = self.entries.get(episode_id)
-        return entry is not None and entry.complete
-
-    @property
-    def duplicate_completed(self) -> int:
-        """Episodes with more than one completed line (two writers, or a legacy accident; §22.4)."""
-        return sum(1 for entry in self.entries.values() if entry.completed_lines > 1)
 
 
 class RunStore:
@@ -129,6 +57,9 @@ class RunStore:
         self._lock_fd: int | None = None
         self._lock_mode: str | None = None
         self.lock_takeover: dict[str, Any] | None = None
+        from shopsimrl_core.runs._index import IndexAppender
+
+        self._index_appender = IndexAppender(self.run_dir)
 
     # ---------------------------------------------------------------- paths
     @property
@@ -210,7 +141,8 @@ class RunStore:
                     alive = True
             if alive:
                 raise RunLockedError(
-                    f"{self.run_dir}: run directory is locked by {self._describe(holder)} (no flock on this file system); "
+                    f"{self.run_dir}: run directory is locked by {self._describe(holder)} (no flock on this file "
+                    "system); "
                     "wait for it, or delete run.lock once you are sure the holder is gone",
                     code="run-locked",
                     holder=holder,
@@ -218,7 +150,12 @@ class RunStore:
             self.lock_takeover = holder
             self.lock_path.unlink(missing_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        content = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now(), "invocation_id": invocation_id}
+        content = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": utc_now(),
+            "invocation_id": invocation_id,
+        }
         os.write(fd, json.dumps(content).encode() + b"\n")
         os.fsync(fd)
         self._lock_fd = fd
@@ -258,7 +195,7 @@ class RunStore:
             self._lock_mode = None
 
     @contextmanager
-    def lock(self, invocation_id: str) -> Iterator["RunStore"]:
+    def lock(self, invocation_id: str) -> Iterator[RunStore]:
         """Hold the run-directory lock for the body of a ``with`` block."""
         self.acquire_lock(invocation_id)
         try:
@@ -283,13 +220,20 @@ class RunStore:
         except FileNotFoundError:
             return None
         try:
-            manifest = json.loads(text)
+            # A plan of a million jobs is ~70 MB of JSON: parse it with the index's fast loader
+            # (orjson when installed; the stdlib decides whatever orjson refuses).
+            from shopsimrl_core.runs._index import _loads
+
+            manifest = _loads(text.encode("utf-8"))
         except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"{self.manifest_path}: not valid JSON ({exc.msg}); restore it from backup", code="manifest-invalid") from None
+            raise TraceFormatError(
+                f"{self.manifest_path}: not valid JSON ({exc.msg}); restore it from backup", code="manifest-invalid"
+            ) from None
         if not isinstance(manifest, dict) or manifest.get("schema_version") != MANIFEST_SCHEMA:
             got = manifest.get("schema_version") if isinstance(manifest, dict) else type(manifest).__name__
             raise TraceFormatError(
-                f"{self.manifest_path}: schema_version {got!r} is not {MANIFEST_SCHEMA!r}; this directory was not written by shopsimrl",
+                f"{self.manifest_path}: schema_version {got!r} is not {MANIFEST_SCHEMA!r}; this directory was not "
+                "written by shopsimrl",
                 code="manifest-invalid",
             )
         if not isinstance(manifest.get("plan"), dict):
@@ -325,7 +269,8 @@ class RunStore:
         if not resume:
             raise ConfigError(
                 f"{self.run_dir}: run directory already holds a run and resume is false; "
-                "pass --resume to continue it, --overwrite to archive it and start fresh, or choose another experiment.name",
+                "pass --resume to continue it, --overwrite to archive it and start fresh, or choose another "
+                "experiment.name",
                 code="resume-disabled",
             )
         self._refuse_exported_records()
@@ -350,7 +295,8 @@ class RunStore:
         if not changes:
             return "resume"
         raise FingerprintMismatch(
-            f"{self.run_dir}: existing run manifest belongs to a different semantic plan; changed: {', '.join(changes)}; "
+            f"{self.run_dir}: existing run manifest belongs to a different semantic plan; changed: "
+            f"{', '.join(changes)}; "
             "use another experiment.name or model.id, or --overwrite to archive the old run",
             code="fingerprint-mismatch",
             changes=changes,
@@ -358,25 +304,34 @@ class RunStore:
 
     def _refuse_exported_records(self) -> None:
         # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
-        # attempts to redacted ones would mix private and shared records in one file. Only lines
-        # that mention the key are parsed, so this pass costs little more than reading the file.
-        for number, raw in enumerate(_raw_lines(self.traces_path), start=1):
-            if b'"redaction"' not in raw:
-                continue
-            try:
-                value = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
+        # attempts to redacted ones would mix private and shared records in one file. The run
+        # index flags such lines, so only the offending line itself is read (and nothing written).
+        from shopsimrl_core.runs._index import open_run_index
+
+        run_index = open_run_index(self.run_dir, persist=False)
+        exported = run_index.first_exported()
+        if exported is not None:
+            number, offset, length = exported
+            with open(self.traces_path, "rb") as handle:
+                handle.seek(offset)
+                value = json.loads(handle.read(length))
             if isinstance(value, dict) and "redaction" in value:
                 profile = (value["redaction"] or {}).get("profile") if isinstance(value["redaction"], dict) else None
                 raise TraceFormatError(
-                    f"{self.traces_path}:{number}: holds an exported (redacted, profile {profile!r}) record, which is not "
+                    f"{self.traces_path}:{number}: holds an exported (redacted, profile {profile!r}) record, which "
+                    "is not "
                     "resume input; resume from the raw run directory, or move this file away and start a new run",
                     code="export-not-resumable",
                     line=number,
                 )
 
-    def write_manifest(self, plan: dict[str, Any], plan_fingerprint: str, execution: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def write_manifest(
+        self,
+        plan: dict[str, Any],
+        plan_fingerprint: str,
+        execution: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Write a new ``manifest.json`` atomically (``fingerprint_scheme: semantic-v2``)."""
         from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME
 
@@ -399,10 +354,14 @@ class RunStore:
         Used by ``--overwrite``: nothing is ever deleted. Returns the archive folder, or None.
         """
         self.close_traces()
-        names = [p for p in self.run_dir.iterdir() if p.name not in {"run.lock", "superseded"}] if self.run_dir.exists() else []
+        names = (
+            [p for p in self.run_dir.iterdir() if p.name not in {"run.lock", "superseded"}]
+            if self.run_dir.exists()
+            else []
+        )
         if not names:
             return None
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         target = self.run_dir / "superseded" / stamp
         target.mkdir(parents=True)
         for path in names:
@@ -426,10 +385,13 @@ class RunStore:
         return self._handle
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one trace line: serialise first, then write, flush and fsync.
+        """Append one trace line: serialise first, then write it whole; the fsync follows as a group commit.
 
         The line is built before anything is written, so a record that cannot be serialised
-        (NaN, a non-JSON value) raises without touching the file.
+        (NaN, a non-JSON value) raises without touching the file. When this returns the line is in
+        the OS page cache (a killed process loses nothing, no torn line is left); its fsync runs on
+        the worker thread of :mod:`shopsimrl_core.runs._durability`, and
+        :func:`~shopsimrl_core.runs._durability.wait_durable` waits for it.
 
         Raises:
             ValueError / TypeError: the record is not valid JSON data.
@@ -439,9 +401,29 @@ class RunStore:
         line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._append_lock:
             handle = self._open_for_append()
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+            fd = handle.fileno()
+            offset = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                # os.write, not the buffered handle: on failure no buffered rest can be re-flushed later
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError as exc:
+                # ENOSPC / EFBIG mid-line: cut the partial line off again, so the file never holds a torn line
+                self._handle = None
+                try:
+                    os.ftruncate(fd, offset)
+                except OSError:
+                    pass  # the original error is what the caller must see
+                finally:
+                    handle.close()
+                if exc.filename is None:
+                    exc.filename = str(self.traces_path)
+                raise
+            # The line is in the page cache (a killed process keeps it); the fsync against a machine
+            # crash is a group commit on a worker thread, so the event loop never waits for the disk.
+            request_fsync(fd, str(self.traces_path))
+            self._index_appender.after_write(offset, line, record, locked=self.locked)
 
     def close_traces(self) -> None:
         """Close the append handle (appends reopen it)."""
@@ -449,6 +431,7 @@ class RunStore:
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
+            self._index_appender.reset()
 
     def _scan(self) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
         # A counted line is a JSON object with a string episode_id; anything else is skipped (§6.5).
@@ -463,31 +446,20 @@ class RunStore:
             if record is not None:
                 yield record
 
-    def index(self) -> TraceIndex:
-        """Stream the file once and return the latest-record-wins index."""
-        index = TraceIndex()
-        for offset, length, record in self._scan():
-            index.lines += 1
-            if record is None:
-                index.skipped_lines += 1
-                continue
-            complete = is_complete(record)
-            entry = index.entries.get(record["episode_id"])
-            if entry is None:
-                entry = index.entries[record["episode_id"]] = EpisodeEntry(offset=offset, length=length, attempts=0)
-            entry.offset, entry.length = offset, length
-            entry.attempts += 1
-            entry.complete = complete
-            entry.status = record.get("status") if isinstance(record.get("status"), str) else None
-            entry.reward = None
-            if complete:
-                entry.completed_lines += 1
-                reward = record["final"].get("reward")
-                if isinstance(reward, (int, float)) and not isinstance(reward, bool):
-                    entry.reward = float(reward)
-        return index
+    def index(self, *, persist: bool | None = None) -> TraceIndex:
+        """The latest-record-wins index, read from the run index sidecar (``_index.py``).
 
-    def latest_records(self, index: TraceIndex | None = None, episode_ids: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+        The sidecar is caught up with ``traces.jsonl`` by streaming only the bytes it does not yet
+        cover (all of them when it is missing or stale) and written back when this store holds the
+        lock or nobody does; ``persist=False`` never writes.
+        """
+        from shopsimrl_core.runs._index import open_run_index
+
+        return TraceIndex(open_run_index(self.run_dir, persist=persist, locked=self.locked))
+
+    def latest_records(
+        self, index: TraceIndex | None = None, episode_ids: Iterable[str] | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Yield the latest record of each episode, sorted by ``episode_id`` (one record in memory at a time)."""
         index = index if index is not None else self.index()
         wanted = sorted(index.entries) if episode_ids is None else sorted(set(episode_ids) & set(index.entries))
@@ -507,66 +479,3 @@ class RunStore:
     def read_invocations(self) -> list[dict[str, Any]]:
         """All invocation lines that parse."""
         return list(_read_jsonl(self.invocations_path))
-
-
-def _append_jsonl(path: Path, entry: dict[str, Any]) -> None:
-    line = (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() > 0:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                handle.write(b"\n")
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _raw_lines(path: Path) -> Iterator[bytes]:
-    # Byte lines of a JSONL file; a missing file has none.
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        yield from handle
-
-
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    for raw in _raw_lines(path):
-        try:
-            value = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(value, dict):
-            yield value
-
-
-class TestAccessLedger:
-    """Project-level append-only record of every run on a guarded (test) split (§22.6)."""
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-
-    def entries(self) -> list[dict[str, Any]]:
-        """Every ledger line that parses, in order."""
-        return list(_read_jsonl(self.path))
-
-    def prior_runs(self, *, checkpoint: str, skills: dict[str, Any], run_dir: str, plan_fingerprint: str) -> list[dict[str, Any]]:
-        """Earlier test runs of the same ``(checkpoint, skills identity)`` that are not this very run
-        (resuming the same directory with the same fingerprint is not a rerun)."""
-        out = []
-        for entry in self.entries():
-            if entry.get("checkpoint") != checkpoint or entry.get("skills") != skills:
-                continue
-            if entry.get("run_dir") == run_dir and entry.get("plan_fingerprint") == plan_fingerprint:
-                continue
-            out.append(entry)
-        return out
-
-    def append(self, entry: dict[str, Any]) -> None:
-        """Append one access record (fsynced)."""
-        _append_jsonl(self.path, {"schema_version": TEST_ACCESS_LEDGER_SCHEMA, **entry})

@@ -3,29 +3,31 @@
 One structured call per failure group. The model sees the failure label, compact and
 identifier-redacted step excerpts of failing episodes and of contrasting successes, and must call
 ``submit_skill_chunk`` exactly once. Outputs are validated (chunk fields, firewall) and repaired as
-spec §18.2 step 7 prescribes: up to ``max_attempts`` calls, each retry resending the original
+runtime-semantics §18.2 step 7 prescribes: up to ``max_attempts`` calls, each retry resending the original
 messages plus ONE user message holding compact JSON
 ``{"structured_output_repair": {contract_error, previous_invalid_arguments, previous_tool_calls,
 instruction}}``.
 
 The prompt texts are this project's wording; their version and hash are part of the provider
-identity, so candidates always say which prompt produced them. API keys come only from the
-environment variable named by ``api_key_env``.
+identity, so candidates always say which prompt produced them. Calls go through the evaluator's
+``ChatModelClient`` (one client, one retry policy); the API key comes only from the environment
+variable named by ``api_key_env``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
-import os
-import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 
-from shopsimrl_core.skills._candidates import FailureGroup, render_chunk, validate_chunk
 from shopsimrl_core._errors import InferenceError, SkillError
+from shopsimrl_core._hashing import fingerprint, json_object
+from shopsimrl_core.skills._candidates import FailureGroup, render_chunk, validate_chunk
 from shopsimrl_core.skills._firewall import FirewallContext, check_text, context_from_traces, redact_identifiers
-from shopsimrl_core._hashing import fingerprint
 
 __all__ = ["AnalystCandidateProvider", "ANALYST_PROMPT_VERSION", "ANALYST_SYSTEM_PROMPT", "SUBMIT_TOOL",
            "REPAIR_INSTRUCTION", "compact_steps"]
@@ -72,11 +74,13 @@ REPAIR_INSTRUCTION = (
 _FIELDS = ("title", "workflow_stage", "applicable_when", "procedure", "verification", "common_failure")
 
 
-def compact_steps(record: dict[str, Any], steps: list[int] | None, *, window: int = 1, limit: int = 8) -> list[dict[str, Any]]:
+def compact_steps(
+    record: dict[str, Any], steps: list[int] | None, *, window: int = 1, limit: int = 8
+) -> list[dict[str, Any]]:
     """Compact, redacted excerpts of a trace around the given step indexes (all steps when None)."""
     by_index = {s.get("step_index"): s for s in record.get("steps") or [] if isinstance(s, dict)}
     wanted: list[int] = []
-    for i in (steps or sorted(k for k in by_index if isinstance(k, int))):
+    for i in steps or sorted(k for k in by_index if isinstance(k, int)):
         if i is None:
             continue
         for j in range(i - window, i + window + 1):
@@ -85,14 +89,20 @@ def compact_steps(record: dict[str, Any], steps: list[int] | None, *, window: in
     out = []
     for j in sorted(wanted)[:limit]:
         step = by_index[j]
-        env = step.get("environment") if isinstance(step.get("environment"), dict) else {}
-        feedback = env.get("action_feedback") if isinstance(env.get("action_feedback"), dict) else {}
-        state = env.get("observation_state") if isinstance(env.get("observation_state"), dict) else {}
-        excerpt = {"step_index": j, "action": redact_identifiers(str(step.get("action"))) if step.get("action") else None,
-                   "valid": feedback.get("valid"), "feedback_reason": feedback.get("reason"),
-                   "page_after": state.get("page_type"),
-                   "missing_option_axes": state.get("missing_option_axes"),
-                   "protocol_error": (step.get("protocol_error") or {}).get("code") if isinstance(step.get("protocol_error"), dict) else None}
+        env = json_object(step.get("environment"))
+        feedback = json_object(env.get("action_feedback"))
+        state = json_object(env.get("observation_state"))
+        excerpt = {
+            "step_index": j,
+            "action": redact_identifiers(str(step.get("action"))) if step.get("action") else None,
+            "valid": feedback.get("valid"),
+            "feedback_reason": feedback.get("reason"),
+            "page_after": state.get("page_type"),
+            "missing_option_axes": state.get("missing_option_axes"),
+            "protocol_error": (step.get("protocol_error") or {}).get("code")
+            if isinstance(step.get("protocol_error"), dict)
+            else None,
+        }
         out.append({k: v for k, v in excerpt.items() if v is not None})
     return out
 
@@ -113,7 +123,7 @@ class AnalystCandidateProvider:
         temperature: float = 0.0,
         max_tokens: int = 4096,
         tool_choice: str = "required",
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -134,8 +144,9 @@ class AnalystCandidateProvider:
             "model": model,
             "base_url": self.base_url,
             "prompt_version": ANALYST_PROMPT_VERSION,
-            "prompt_sha256": fingerprint({"system": ANALYST_SYSTEM_PROMPT, "tool": SUBMIT_TOOL,
-                                          "repair": REPAIR_INSTRUCTION}),
+            "prompt_sha256": fingerprint(
+                {"system": ANALYST_SYSTEM_PROMPT, "tool": SUBMIT_TOOL, "repair": REPAIR_INSTRUCTION}
+            ),
             "sampling": {"temperature": temperature, "max_tokens": max_tokens, "tool_choice": tool_choice},
             "max_attempts": max_attempts,
         }
@@ -148,60 +159,77 @@ class AnalystCandidateProvider:
     # ------------------------------------------------------------------ prompt
     def messages_for(self, group: FailureGroup) -> list[dict[str, Any]]:
         """The original messages of one group's call (system + one user message of compact JSON)."""
+
         def excerpt(items: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
             out = []
             for n, item in enumerate(items, start=1):
                 record = self._traces.get(item["episode_id"])
-                out.append({"example": f"{role}-{n}",
-                            "steps": compact_steps(record, item.get("steps")) if record else []})
+                out.append(
+                    {"example": f"{role}-{n}", "steps": compact_steps(record, item.get("steps")) if record else []}
+                )
             return out
 
-        payload = {"failure_label": group.label, "episodes_with_label": group.support,
-                   "failing_examples": excerpt(group.failures, "failure"),
-                   "contrasting_successes": excerpt(group.contrasts, "success")}
-        return [{"role": "system", "content": ANALYST_SYSTEM_PROMPT},
-                {"role": "user", "content": json.dumps(payload, ensure_ascii=False, separators=(",", ":"))}]
+        payload = {
+            "failure_label": group.label,
+            "episodes_with_label": group.support,
+            "failing_examples": excerpt(group.failures, "failure"),
+            "contrasting_successes": excerpt(group.contrasts, "success"),
+        }
+        return [
+            {"role": "system", "content": ANALYST_SYSTEM_PROMPT},
+            {"role": "user", "content": json.dumps(payload, ensure_ascii=False, separators=(",", ":"))},
+        ]
 
     # ------------------------------------------------------------------ calls
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {}
-        if self.api_key_env:
-            key = os.environ.get(self.api_key_env)
-            if not key:
-                raise InferenceError(f"analyst: environment variable {self.api_key_env} is not set; export it or set "
-                                     "api_key_env to null")
-            headers["Authorization"] = f"Bearer {key}"
-        last: Exception | None = None
-        with httpx.Client(timeout=self.timeout, transport=self._transport, trust_env=False) as client:
-            for attempt in range(1, self.max_retries + 1):
-                try:
-                    response = client.post(self.base_url + "/chat/completions", json=body, headers=headers)
-                except httpx.HTTPError as exc:
-                    last = exc
-                else:
-                    if response.status_code == 200:
-                        try:
-                            value = response.json()
-                        except ValueError as exc:
-                            raise InferenceError(f"analyst: response is not JSON ({exc})") from exc
-                        if not isinstance(value, dict):
-                            raise InferenceError("analyst: response body must be a JSON object")
-                        return value
-                    if response.status_code not in (408, 429) and response.status_code < 500:
-                        raise InferenceError(f"analyst: HTTP {response.status_code} from {self.base_url}: "
-                                             f"{response.text[:200]}")
-                    last = InferenceError(f"analyst: HTTP {response.status_code}")
-                if attempt < self.max_retries:
-                    time.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
-        raise InferenceError(f"analyst: {self.base_url} failed after {self.max_retries} attempts: {last}")
+    def _client(self) -> Any:
+        from shopsimrl_core.adapters import ChatModelClient
+
+        # The evaluator's client and retry policy (runtime-semantics §7.2): retryable statuses and
+        # transport errors back off and retry up to max_retries attempts; the key is read by it.
+        return ChatModelClient(
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            retry_backoff_seconds=self.retry_backoff_seconds,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            send_seed=False,
+            tool_choice=self.tool_choice,
+            trust_env=False,
+            max_connections=1,
+            transport=self._transport,
+            http_transport="httpx",
+        )
+
+    def _post(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        async def call() -> Any:
+            async with self._client() as client:
+                return await client.complete(messages, [SUBMIT_TOOL], seed=None)
+
+        output = _run_sync(call)
+        if not isinstance(output.body, dict):
+            raise InferenceError(f"analyst: response from {self.base_url} is not a JSON object")
+        return output.body
 
     def _contract_error(self, message: dict[str, Any]) -> tuple[str | None, Any, list[Any], dict[str, Any] | None]:
         calls = message.get("tool_calls") or []
         if not isinstance(calls, list) or len(calls) != 1:
-            return f"expected exactly one submit_skill_chunk call, got {len(calls) if isinstance(calls, list) else 0}", None, calls, None
+            return (
+                f"expected exactly one submit_skill_chunk call, got {len(calls) if isinstance(calls, list) else 0}",
+                None,
+                calls,
+                None,
+            )
         function = (calls[0] or {}).get("function") or {}
         if function.get("name") != "submit_skill_chunk":
-            return f"called {function.get('name')!r} instead of submit_skill_chunk", function.get("arguments"), calls, None
+            return (
+                f"called {function.get('name')!r} instead of submit_skill_chunk",
+                function.get("arguments"),
+                calls,
+                None,
+            )
         raw = function.get("arguments")
         try:
             args = json.loads(raw) if isinstance(raw, str) else raw
@@ -217,8 +245,16 @@ class AnalystCandidateProvider:
             return problem, args, calls, None
         findings = check_text(render_chunk(args), self._firewall)
         if findings:
-            return ("leakage firewall: " + ", ".join(f"{f.code} ({f.match})" for f in findings)
-                    + "; remove instance data"), args, calls, None
+            return (
+                (
+                    "leakage firewall: "
+                    + ", ".join(f"{f.code} ({f.match})" for f in findings)
+                    + "; remove instance data"
+                ),
+                args,
+                calls,
+                None,
+            )
         return None, args, calls, args
 
     def propose(self, group: FailureGroup) -> list[dict[str, Any]]:
@@ -232,11 +268,10 @@ class AnalystCandidateProvider:
         original = self.messages_for(group)
         messages = list(original)
         error = "no attempt"
+        calls: list[Any]
         for _ in range(self.max_attempts):
-            body = {"model": self.model, "messages": messages, "tools": [SUBMIT_TOOL], "tool_choice": self.tool_choice,
-                    "temperature": self.temperature, "max_tokens": self.max_tokens}
             self.calls += 1
-            response = self._post(body)
+            response = self._post(messages)
             choices = response.get("choices")
             message = (choices[0] or {}).get("message") if isinstance(choices, list) and choices else None
             if not isinstance(message, dict):
@@ -247,9 +282,35 @@ class AnalystCandidateProvider:
                 if chunk is not None:
                     return [{k: chunk[k] for k in _FIELDS}]
                 error = problem or "invalid output"
-            repair = {"structured_output_repair": {"contract_error": error, "previous_invalid_arguments": args,
-                                                   "previous_tool_calls": calls, "instruction": REPAIR_INSTRUCTION}}
-            messages = list(original) + [{"role": "user", "content": json.dumps(repair, ensure_ascii=False,
-                                                                              separators=(",", ":"))}]
-        raise SkillError(f"analyst output for {group.label} still invalid after {self.max_attempts} attempts: {error}",
-                         code="analyst-invalid-output")
+            repair = {
+                "structured_output_repair": {
+                    "contract_error": error,
+                    "previous_invalid_arguments": args,
+                    "previous_tool_calls": calls,
+                    "instruction": REPAIR_INSTRUCTION,
+                }
+            }
+            messages = list(original) + [
+                {"role": "user", "content": json.dumps(repair, ensure_ascii=False, separators=(",", ":"))}
+            ]
+        raise SkillError(
+            f"analyst output for {group.label} still invalid after {self.max_attempts} attempts: {error}",
+            code="analyst-invalid-output",
+        )
+
+
+_T = TypeVar("_T")
+
+
+def _run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
+    # The provider is synchronous (candidate mining is); the client is async. Inside a running loop
+    # (a notebook, an async caller) asyncio.run is refused, so the call runs on a worker thread.
+    async def main() -> _T:
+        return await make()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, main()).result()

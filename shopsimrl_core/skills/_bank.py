@@ -1,9 +1,9 @@
 """Building SkillBank files: the cold-start draft and immutable, hash-named snapshots.
 
 - ``build_draft`` turns accepted candidates into ``initial_skill_draft.json``
-  (``shopsimrl-initial-skill-draft-v2``) and its draft SkillBank (spec §18.5); Gate A reads both.
+  (``shopsimrl-initial-skill-draft-v2``) and its draft SkillBank (runtime-semantics §18.5); Gate A reads both.
 - ``build_skillbank`` dedupes records, assigns ``content_sha256 = fingerprint(content)`` (the
-  JSON-quoted string, spec §2.2) and returns a ``shopsimrl-skillbank-v1`` object.
+  JSON-quoted string, runtime-semantics §2.2) and returns a ``shopsimrl-skillbank-v1`` object.
 - ``snapshot_skillbank`` writes a bank as ``skillbank-<bank_sha256>.json``. The name is the hash of
   the parsed content, so a snapshot is immutable: writing the same bank again reuses the file, and a
   file whose content no longer matches its name is refused.
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core.skills._firewall import check_text
-from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core._hashing import fingerprint, write_json_atomic, write_text_atomic
 from shopsimrl_core._versions import INITIAL_DRAFT_SCHEMA, SKILLBANK_SCHEMA
+from shopsimrl_core.skills._firewall import check_text
 
 __all__ = ["build_draft", "build_skillbank", "snapshot_skillbank", "SkillBankSnapshot", "write_draft"]
 
@@ -37,7 +37,7 @@ def build_skillbank(
 
     Each record needs ``skill_id`` and ``content``; ``version`` defaults to ``"1"``, ``enabled`` to
     true. A later record with the same content or the same id as an earlier one is dropped. Every
-    record is firewalled with the pattern checks (spec §18.3: chunks get the first three).
+    record is firewalled with the pattern checks (runtime-semantics §18.3: chunks get the first three).
 
     Raises:
         SkillError (``firewall-finding``): a record's content fails the firewall.
@@ -79,7 +79,7 @@ def build_draft(
     active_skill_budget: int = 10,
     validation_dimension_cap: int = MAX_DRAFT_CHUNKS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Turn a candidates document into ``(initial_skill_draft, initial_skillbank)`` (spec §18.5).
+    """Turn a candidates document into ``(initial_skill_draft, initial_skillbank)`` (runtime-semantics §18.5).
 
     Takes accepted candidates in document order, at most ``validation_dimension_cap`` (≤ 16).
 
@@ -87,33 +87,66 @@ def build_draft(
         SkillError (``no-candidates``): no accepted candidate to draft from.
         SkillError (``draft-invalid``): cap or budget outside ``1 ≤ budget ≤ cap ≤ 16``.
     """
-    if not 1 <= validation_dimension_cap <= MAX_DRAFT_CHUNKS or not 1 <= active_skill_budget <= validation_dimension_cap:
+    if (
+        not 1 <= validation_dimension_cap <= MAX_DRAFT_CHUNKS
+        or not 1 <= active_skill_budget <= validation_dimension_cap
+    ):
         raise SkillError(
             f"draft: need 1 <= active_skill_budget ({active_skill_budget}) <= validation_dimension_cap "
-            f"({validation_dimension_cap}) <= {MAX_DRAFT_CHUNKS}", code="draft-invalid")
+            f"({validation_dimension_cap}) <= {MAX_DRAFT_CHUNKS}",
+            code="draft-invalid",
+        )
     accepted = [c for c in candidates.get("candidates", []) if c.get("status") == "accepted"]
     if not accepted:
-        raise SkillError("candidates: no accepted candidate; nothing to draft (lower min_support or add traces)",
-                         code="no-candidates")
+        raise SkillError(
+            "candidates: no accepted candidate; nothing to draft (lower min_support or add traces)",
+            code="no-candidates",
+        )
     chunks = []
     for order, cand in enumerate(accepted[:validation_dimension_cap], start=1):
-        chunks.append({"chunk_id": cand["candidate_id"], "order": order, "title": cand["title"],
-                       "workflow_stage": cand["workflow_stage"], "applicable_when": cand["applicable_when"],
-                       "procedure": list(cand["procedure"]), "verification": cand["verification"],
-                       "common_failure": cand["common_failure"],
-                       "evidence_cluster_ids": list(cand["evidence_cluster_ids"]),
-                       "source_label": cand.get("source_label"), "content": cand["content"]})
-    draft = {"schema_version": INITIAL_DRAFT_SCHEMA, "stage": "cold_start_draft_pre_validation",
-             "gate_status": {"gate_a": "not_run", "gate_b": "not_run"},
-             "validation_dimension_cap": validation_dimension_cap,
-             "active_skill_budget": min(active_skill_budget, len(chunks)),
-             "skill_title": skill_title, "chunks": chunks, "evidence_only_cluster_ids": [],
-             "conflicts_resolved": [], "candidates_sha256": candidates.get("candidates_sha256")}
+        chunks.append(
+            {
+                "chunk_id": cand["candidate_id"],
+                "order": order,
+                "title": cand["title"],
+                "workflow_stage": cand["workflow_stage"],
+                "applicable_when": cand["applicable_when"],
+                "procedure": list(cand["procedure"]),
+                "verification": cand["verification"],
+                "common_failure": cand["common_failure"],
+                "evidence_cluster_ids": list(cand["evidence_cluster_ids"]),
+                "source_label": cand.get("source_label"),
+                "content": cand["content"],
+            }
+        )
+    draft = {
+        "schema_version": INITIAL_DRAFT_SCHEMA,
+        "stage": "cold_start_draft_pre_validation",
+        "gate_status": {"gate_a": "not_run", "gate_b": "not_run"},
+        "validation_dimension_cap": validation_dimension_cap,
+        "active_skill_budget": min(active_skill_budget, len(chunks)),
+        "skill_title": skill_title,
+        "chunks": chunks,
+        "evidence_only_cluster_ids": [],
+        "conflicts_resolved": [],
+        "candidates_sha256": candidates.get("candidates_sha256"),
+    }
     bank = build_skillbank(
-        [{"skill_id": c["chunk_id"], "version": "draft-1", "enabled": True, "content": c["content"],
-          "metadata": {"workflow_stage": c["workflow_stage"], "draft_only": True,
-                       "evidence_cluster_ids": c["evidence_cluster_ids"], "validation_result": None}}
-         for c in chunks],
+        [
+            {
+                "skill_id": c["chunk_id"],
+                "version": "draft-1",
+                "enabled": True,
+                "content": c["content"],
+                "metadata": {
+                    "workflow_stage": c["workflow_stage"],
+                    "draft_only": True,
+                    "evidence_cluster_ids": c["evidence_cluster_ids"],
+                    "validation_result": None,
+                },
+            }
+            for c in chunks
+        ],
         bank_version="cold-start-draft-pre-validation",
         metadata={"skill_title": skill_title, "draft_sha256": fingerprint(draft)},
     )
@@ -126,9 +159,7 @@ def write_draft(draft: dict[str, Any], bank: dict[str, Any], out_dir: str | Path
     draft_path = write_json_atomic(out / "initial_skill_draft.json", draft)
     md = [f"# {draft['skill_title']}", "", "> Cold-start draft; not active until Gate A and Gate B pass.", ""]
     md.append("\n\n".join(c["content"] for c in draft["chunks"]))
-    tmp = out / ".initial_skill_draft.md.tmp"
-    tmp.write_text("\n".join(md) + "\n", encoding="utf-8")
-    tmp.replace(out / "initial_skill_draft.md")
+    write_text_atomic(out / "initial_skill_draft.md", "\n".join(md) + "\n")
     bank_path = write_json_atomic(out / "initial_skillbank.json", bank)
     return draft_path, bank_path
 
@@ -163,11 +194,18 @@ def snapshot_skillbank(bank: dict[str, Any], out_dir: str | Path) -> SkillBankSn
     reused = target.exists()
     if reused:
         if bank_sha256(load_skillbank(target)) != digest:
-            raise SkillError(f"{target}: content does not match the hash in its name; delete the file and rebuild",
-                             code="snapshot-corrupt")
+            raise SkillError(
+                f"{target}: content does not match the hash in its name; delete the file and rebuild",
+                code="snapshot-corrupt",
+            )
     else:
         write_json_atomic(target, bank)
         if bank_sha256(json.loads(target.read_text(encoding="utf-8"))) != digest:
             raise SkillError(f"{target}: written bank does not reproduce its hash", code="snapshot-corrupt")
-    return SkillBankSnapshot(path=target, bank_sha256=digest, bank_version=str(bank.get("bank_version", "1")),
-                             skill_ids=[s["skill_id"] for s in bank["skills"]], reused=reused)
+    return SkillBankSnapshot(
+        path=target,
+        bank_sha256=digest,
+        bank_version=str(bank.get("bank_version", "1")),
+        skill_ids=[s["skill_id"] for s in bank["skills"]],
+        reused=reused,
+    )

@@ -1,4 +1,4 @@
-"""The leakage firewall: deployable skill text must not carry instance data (runtime spec §18.3).
+r"""The leakage firewall: deployable skill text must not carry instance data (runtime-semantics §18.3).
 
 A skill is injected into every future episode, so anything it copies from one trace (a product id,
 a product title, a brand, the gold option, a task id) either leaks the answer of that task or
@@ -8,9 +8,9 @@ a text with any finding is rejected, and the caller keeps the finding as the rej
 Finding codes (the first six are the spec's, ``contains_product_id`` is this project's addition for
 catalogs whose product ids are shorter than ten digits):
 
-    mentions_asin                  (?i)\\bASIN\\b
-    contains_long_identifier       \\b\\d{10,}\\b
-    contains_task_id               (?i)\\btask[-_ ]?\\d+\\b
+    mentions_asin                  (?i)\bASIN\b
+    contains_long_identifier       \b\d{10,}\b
+    contains_task_id               (?i)\btask[-_ ]?\d+\b
     copies_instance_product_title  a title of >= 6 characters from the goal, the purchase or any visited product
     copies_instance_brand          a visited brand of >= 3 characters
     copies_gold_option             a gold option value of >= 6 characters
@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from shopsimrl_core._hashing import json_object
 
 __all__ = ["FirewallContext", "Finding", "check_text", "context_from_traces", "redact_identifiers"]
 
@@ -58,13 +60,13 @@ class FirewallContext:
 
     def add_trace(self, record: dict[str, Any]) -> None:
         """Collect titles, brands, gold options and product ids from one trace record."""
-        final = record.get("final") if isinstance(record.get("final"), dict) else {}
+        final = json_object(record.get("final"))
         for obj in (final.get("goal"), final.get("purchase")):
             if isinstance(obj, dict):
                 self._title(obj.get("name"))
                 self._title(obj.get("title"))
                 self._pid(obj.get("asin"))
-        goal = final.get("goal") if isinstance(final.get("goal"), dict) else {}
+        goal = json_object(final.get("goal"))
         for option in goal.get("goal_options") or []:
             if isinstance(option, str) and len(option.strip()) >= MIN_OPTION_CHARS:
                 self.gold_options.add(option.strip())
@@ -119,7 +121,11 @@ def check_text(text: str, context: FirewallContext | None = None) -> list[Findin
     with one, titles, brands, gold options and product ids of the source traces are checked too.
     """
     findings: list[Finding] = []
-    for code, pattern in (("mentions_asin", _ASIN), ("contains_long_identifier", _LONG_ID), ("contains_task_id", _TASK_ID)):
+    for code, pattern in (
+        ("mentions_asin", _ASIN),
+        ("contains_long_identifier", _LONG_ID),
+        ("contains_task_id", _TASK_ID),
+    ):
         m = pattern.search(text)
         if m:
             findings.append(Finding(code, m.group(0)))
@@ -150,7 +156,7 @@ _REDACTIONS = (
 
 
 def redact_identifiers(text: str) -> str:
-    """Redact identifiers in free text before it goes into an analyst prompt (spec §18.2 step 2)."""
+    """Redact identifiers in free text before it goes into an analyst prompt (runtime-semantics §18.2 step 2)."""
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
     return text

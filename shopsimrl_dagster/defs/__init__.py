@@ -1,1 +1,5 @@
-"""Every module in this folder contributes definitions; ``shopsimrl_dagster.definitions`` loads them all."""
+"""The definitions of the location, one module per kind: builders that take the pipeline settings.
+
+``shopsimrl_dagster.definitions`` calls them (``build_definitions``); ``[tool.dg]`` names this
+package as the defs module for `dg` scaffolding.
+"""

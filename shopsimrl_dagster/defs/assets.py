@@ -1,11 +1,19 @@
-"""The evaluation lineage: frozen_split → job_plan → rollout_traces[ckpt] → eval_summary[ckpt]
-→ checkpoint_comparison[ckpt].
+"""The evaluation lineage, one set of assets per suite:
 
-Each body reads its inputs, calls the core library and returns a ``MaterializeResult`` with paths,
-hashes and headline numbers. Files on disk (``<runs_root>/<suite>/<checkpoint_id>/``) are the system
-of record; downstream assets read them, not values passed through Dagster.
+    frozen_split → job_plan → <suite>/rollout_traces[ckpt] → <suite>/eval_summary[ckpt]
+                                → <suite>/checkpoint_comparison[ckpt], <suite>/progress
+
+Suite × checkpoint is the identity of every evaluation asset: the suite is part of the asset key
+(``val/rollout_traces``, ``train/rollout_traces`` …) and the checkpoint is the partition. No run tag
+picks the suite, so a job, sensor, schedule or backfill evaluates exactly the suite its assets name,
+and the partition bar of ``train/eval_summary`` is green only where a train run happened
+(docs/pipeline.md explains why this beats a multi-partition).
+
+Each body reads its inputs, calls the core library and reports paths, hashes and the core's own
+numbers (never recomputed here). Files on disk (``<runs_root>/<suite>/<checkpoint_id>/``) are the
+system of record. An asset with nothing to do (no baseline to compare with, no summary to chart)
+yields nothing: no materialization and no check result, rather than a fake "skipped" one.
 """
-
 
 import json
 import time
@@ -18,55 +26,64 @@ import dagster as dg
 
 import shopsimrl_core as core
 
-from ..eval_config import RolloutTarget, write_eval_config
+from ..eval_config import write_eval_config
 from ..registry import previous_checkpoint
-from ..report import category_markdown, category_rows, mapping_markdown, write_summary_chart
-from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, SUITE_TAG, is_true
-from ..settings import PipelineSettings
-from .checks import ROLLOUT_CHECK_SPECS, rollout_check_results
+from ..report import (
+    category_table,
+    mapping_table,
+    progress_points,
+    progress_table,
+    rounded,
+    write_category_chart,
+    write_progress_chart,
+)
+from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, is_true
+from ..settings import EvaluationSuite, PipelineSettings
+from .checks import rollout_check_results, rollout_check_specs
 from .partitions import checkpoints
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
 
 __all__ = [
-    "ROLLOUT_POOL",
     "JOB_PLAN_SCHEMA",
+    "ROLLOUT_RETRY_POLICY",
+    "EVALUATION_ASSET_NAMES",
     "frozen_split",
     "job_plan",
-    "rollout_traces",
-    "eval_summary",
-    "checkpoint_comparison",
-    "job_plan_path",
+    "suite_asset_key",
+    "build_suite_assets",
     "as_failure",
+    "viewer_run_url",
 ]
 
-ROLLOUT_POOL = "gpu_endpoint"
-"""Dagster pool shared by every rollout against the GPU endpoint; its limit is in dagster.yaml."""
 JOB_PLAN_SCHEMA = "shopsimrl-suite-job-plan-v1"
-_GROUP = "evaluation"
+EVALUATION_ASSET_NAMES = ("rollout_traces", "eval_summary", "checkpoint_comparison")
+"""The partitioned evaluation assets of one suite (what ``evaluate_<suite>`` materializes)."""
+ROLLOUT_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5)
+"""A crashed or interrupted rollout step is retried; resume makes that safe (finished episodes are kept)."""
+_PLANS_GROUP = "plans"
 
 
 @contextmanager
 def as_failure() -> Iterator[None]:
     """Turn a ``ShopSimRLError`` raised in the body into a ``dg.Failure`` showing ``[code] message``.
 
-    Core errors already say what is wrong and how to fix it; the run shows that line, not a traceback.
+    Core errors already say what is wrong and how to fix it; the run shows that line, not a
+    traceback. Such errors are about configuration or data, so the step is not retried.
     """
     try:
         yield
     except core.ShopSimRLError as exc:
-        raise dg.Failure(description=f"[{exc.code}] {exc.one_line()}") from exc
+        raise dg.Failure(description=f"[{exc.code}] {exc.one_line()}", allow_retries=False) from exc
 
 
-def job_plan_path(runs_root: Path, suite: str) -> Path:
-    """Where ``job_plan`` writes the jobs of *suite*."""
-    return runs_root / "_plans" / f"{suite}.json"
+def suite_asset_key(suite: str, name: str) -> dg.AssetKey:
+    """The key of evaluation asset *name* for *suite* (``<suite>/<name>``)."""
+    return dg.AssetKey([suite, name])
 
 
-def _suite_of(context: dg.AssetExecutionContext, settings: PipelineSettings) -> str:
-    name = context.run.tags.get(SUITE_TAG) or settings.default_suite
-    with as_failure():
-        settings.suite(name)
-    return name
+def viewer_run_url(settings: PipelineSettings, run_storage: RunStorage, suite: str, checkpoint_id: str) -> str:
+    """The trace viewer's page of one run (``<viewer.base_url>/run/<suite>/<checkpoint_id>``)."""
+    return f"{settings.viewer.base_url.rstrip('/')}/run/{run_storage.run_rel(suite, checkpoint_id)}"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -77,36 +94,85 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-@dg.asset(group_name=_GROUP, kinds={"json"})
+def _num(value: Any) -> Any:
+    """A float for metadata, or a null entry (Dagster plots floats; None is not a float)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else dg.MetadataValue.null()
+
+
+def _cached_chart(path: Path, summary: dict[str, Any], draw: Any) -> str:
+    """The chart of *summary* as base64: reused when ``<path>.sha256`` names this summary's fingerprint.
+
+    A resumed partition whose summary did not change then skips matplotlib (its import and
+    drawing are most of ``eval_summary``'s time); any change of the summary redraws.
+    """
+    import base64
+
+    stamp = path.with_name(path.name + ".sha256")
+    digest = core.fingerprint(summary)
+    try:
+        if stamp.read_text(encoding="ascii").strip() == digest:
+            return base64.b64encode(path.read_bytes()).decode("ascii")
+    except OSError:
+        pass
+    chart = draw()
+    core.write_text_atomic(stamp, digest + "\n")
+    return chart
+
+
+# --------------------------------------------------------------------------- unpartitioned plans
+
+
+@dg.asset(group_name=_PLANS_GROUP, kinds={"json"})
 def frozen_split(evaluation_suites: EvaluationSuites) -> dg.MaterializeResult:
     """The frozen split file: validated (ids unique, declared hashes verified) and fingerprinted."""
     settings = evaluation_suites.settings()
     with as_failure():
         split_file = core.load_split_file(settings.split_file)
-    rows = ["| split | role | guarded | persona | tasks | task_ids_sha256 |", "|---|---|---|---|---:|---|"]
+    rows = []
     metadata: dict[str, Any] = {}
     for name, split in sorted(split_file.splits.items()):
-        rows.append(f"| {name} | {split.role or '–'} | {split.guarded} | {split.persona} | {split.task_count} | `{split.task_ids_sha256}` |")
+        rows.append(
+            dg.TableRecord(
+                {
+                    "split": name,
+                    "role": split.role or "–",
+                    "guarded": bool(split.guarded),
+                    "persona": bool(split.persona),
+                    "tasks": split.task_count,
+                    "task_ids_sha256": split.task_ids_sha256,
+                }
+            )
+        )
         metadata[f"{name}_tasks"] = split.task_count
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("split", "string"),
+            dg.TableColumn("role", "string"),
+            dg.TableColumn("guarded", "bool"),
+            dg.TableColumn("persona", "bool"),
+            dg.TableColumn("tasks", "int"),
+            dg.TableColumn("task_ids_sha256", "string"),
+        ]
+    )
     file_sha = core.sha256_file(split_file.path)
     metadata.update(
         {
             "path": dg.MetadataValue.path(str(split_file.path)),
             "file_sha256": file_sha,
             "split_version": str(split_file.version),
-            "splits": dg.MetadataValue.md("\n".join(rows)),
+            "splits": dg.MetadataValue.table(rows, schema=schema),
         }
     )
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(file_sha[:16]))
 
 
-@dg.asset(group_name=_GROUP, deps=[frozen_split], kinds={"json"})
+@dg.asset(group_name=_PLANS_GROUP, deps=[frozen_split], kinds={"json"})
 def job_plan(evaluation_suites: EvaluationSuites, run_storage: RunStorage) -> dg.MaterializeResult:
     """The deterministic job list of every evaluation suite (task-major, seeded), one file per suite."""
     settings = evaluation_suites.settings()
     with as_failure():
         split_file = core.load_split_file(settings.split_file)
-    table = ["| suite | split | guarded | tasks | repeats | episodes | jobs_fingerprint |", "|---|---|---|---:|---:|---:|---|"]
+    rows = []
     metadata: dict[str, Any] = {}
     for name, suite in sorted(settings.suites.items()):
         with as_failure():
@@ -114,142 +180,110 @@ def job_plan(evaluation_suites: EvaluationSuites, run_storage: RunStorage) -> dg
         if suite.sample_size is not None and suite.sample_size > split.task_count:
             raise dg.Failure(
                 description=f"{settings.source}: suites.{name}.sample_size {suite.sample_size} exceeds the "
-                f"{split.task_count} tasks of split {suite.split!r}; lower it or set null"
+                f"{split.task_count} tasks of split {suite.split!r}; lower it or set null",
+                allow_retries=False,
             )
-        jobs = [job.to_dict() for job in core.plan_jobs(
-            split.task_ids, split=suite.split, experiment_seed=suite.seed, sample_size=suite.sample_size, repeats=suite.repeats
-        )]
+        jobs = [
+            job.to_dict()
+            for job in core.plan_jobs(
+                split.task_ids,
+                split=suite.split,
+                experiment_seed=suite.seed,
+                sample_size=suite.sample_size,
+                repeats=suite.repeats,
+            )
+        ]
         jobs_fingerprint = core.fingerprint(jobs)
-        document = {
-            "schema_version": JOB_PLAN_SCHEMA,
-            "suite": name,
-            "split": split.identity(),
-            "guarded": split.guarded,
-            "seed": suite.seed,
-            "sample_size": suite.sample_size,
-            "repeats": suite.repeats,
-            "episodes": len(jobs),
-            "jobs_fingerprint": jobs_fingerprint,
-            "jobs": jobs,
-        }
-        core.write_json_atomic(job_plan_path(run_storage.root_path, name), document)
-        tasks = len({job["task_id"] for job in jobs})
-        table.append(f"| {name} | {suite.split} | {split.guarded} | {tasks} | {suite.repeats} | {len(jobs)} | `{jobs_fingerprint[:16]}` |")
+        core.write_json_atomic(
+            run_storage.plan_path(name),
+            {
+                "schema_version": JOB_PLAN_SCHEMA,
+                "suite": name,
+                "split": split.identity(),
+                "guarded": split.guarded,
+                "seed": suite.seed,
+                "sample_size": suite.sample_size,
+                "repeats": suite.repeats,
+                "episodes": len(jobs),
+                "jobs_fingerprint": jobs_fingerprint,
+                "jobs": jobs,
+            },
+        )
+        rows.append(
+            dg.TableRecord(
+                {
+                    "suite": name,
+                    "split": suite.split,
+                    "guarded": bool(split.guarded),
+                    "tasks": len({job["task_id"] for job in jobs}),
+                    "repeats": suite.repeats,
+                    "episodes": len(jobs),
+                    "jobs_fingerprint": jobs_fingerprint[:16],
+                }
+            )
+        )
         metadata[f"{name}_episodes"] = len(jobs)
         metadata[f"{name}_jobs_fingerprint"] = jobs_fingerprint
-        if name == settings.default_suite:
-            metadata["first_jobs"] = dg.MetadataValue.json(jobs[:5])
-    metadata["suites"] = dg.MetadataValue.md("\n".join(table))
-    metadata["plans_dir"] = dg.MetadataValue.path(str(job_plan_path(run_storage.root_path, settings.default_suite).parent))
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("suite", "string"),
+            dg.TableColumn("split", "string"),
+            dg.TableColumn("guarded", "bool"),
+            dg.TableColumn("tasks", "int"),
+            dg.TableColumn("repeats", "int"),
+            dg.TableColumn("episodes", "int"),
+            dg.TableColumn("jobs_fingerprint", "string"),
+        ]
+    )
+    metadata["suites"] = dg.MetadataValue.table(rows, schema=schema)
+    metadata["plans_dir"] = dg.MetadataValue.path(str(run_storage.plan_path("x").parent))
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(
-    group_name=_GROUP,
-    deps=[job_plan],
-    partitions_def=checkpoints,
-    pool=ROLLOUT_POOL,
-    check_specs=ROLLOUT_CHECK_SPECS,
-    kinds={"python"},
-)
-def rollout_traces(
-    context: dg.AssetExecutionContext,
-    inference_endpoint: InferenceEndpoint,
-    shopsim_environment: ShopSimulatorEnvironment,
-    run_storage: RunStorage,
-    checkpoint_registry: CheckpointRegistry,
-    evaluation_suites: EvaluationSuites,
-) -> dg.MaterializeResult:
-    """Episode traces of one checkpoint on one suite (``runs/<suite>/<checkpoint>/traces.jsonl``).
+# --------------------------------------------------------------------------- per-suite assets
 
-    Resumable: a retried or re-materialized partition continues the run directory and never redoes
-    a finished episode. Health checks run first, so a dead endpoint fails fast with its URL.
-    """
-    settings = evaluation_suites.settings()
-    suite_name = _suite_of(context, settings)
-    suite = settings.suite(suite_name)
-    checkpoint = checkpoint_registry.get(context.partition_key)
-    with as_failure():
-        split = core.load_split_file(settings.split_file).get(suite.split)
-    allow_test = is_true(context.run.tags.get(ALLOW_TEST_SPLIT_TAG))
-    if split.guarded and not allow_test:
-        raise dg.Failure(
-            description=f"[test-split-not-opted-in] suite {suite_name!r} runs on the guarded split {suite.split!r}; "
-            f"launch this run with the tag {ALLOW_TEST_SPLIT_TAG}=true to opt in (recorded in the test-access ledger)"
-        )
-    env_health = shopsim_environment.health_check()
-    endpoint_health = inference_endpoint.health_check(checkpoint)
-    target = RolloutTarget(
-        suite_name=suite_name,
-        checkpoint_id=checkpoint.checkpoint_id,
-        served_model=inference_endpoint.model_for(checkpoint),
-        model_base_url=inference_endpoint.base_url_for(checkpoint),
-        api_key_env=inference_endpoint.api_key_env,
-        max_in_flight=inference_endpoint.max_in_flight,
-        model_timeout_s=inference_endpoint.timeout_s,
-        model_max_retries=inference_endpoint.max_retries,
-        env_base_url=shopsim_environment.base_url,
-        env_timeout_s=shopsim_environment.timeout_s,
-        persona=shopsim_environment.persona,
-        runs_root=run_storage.root_path,
-        split_file=settings.split_file,
-    )
-    config_path = write_eval_config(target, suite)
-    run_dir = run_storage.run_dir(suite_name, checkpoint.checkpoint_id)
-    completed_before = sum(1 for entry in core.RunStore(run_dir).index().entries.values() if entry.complete)
-    context.log.info(f"rollout {checkpoint.checkpoint_id} on suite {suite_name}: config {config_path}, run dir {run_dir}")
-    started = time.monotonic()
 
-    def log_progress(event: Any) -> None:
-        # One line per tenth of the run keeps the run log readable for thousands of episodes.
-        tenth = max(1, event.total // 10)
-        if event.kind in ("start", "finish") or (event.kind == "attempt" and event.attempts % tenth == 0):
-            context.log.info(
-                f"{event.kind}: {event.done}/{event.total} complete, {event.failed} failed, "
-                f"{event.attempts} attempts this run, reward_mean {event.reward_mean}"
-            )
-
-    with as_failure():
-        config = core.load_config(config_path)
-        result = core.run_evaluation(
-            config,
-            progress=log_progress,
-            allow_test_split=allow_test,
-            allow_test_rerun=is_true(context.run.tags.get(ALLOW_TEST_RERUN_TAG)),
-            opt_in_source=f"dagster run {context.run.run_id} ({ALLOW_TEST_SPLIT_TAG}=true)",
-        )
-    wall_s = time.monotonic() - started
-    summary = result.summary
-    counts = summary.get("counts", {})
-    audit = core.audit_traces(result.traces_path)
-    manifest = _read_json(run_dir / "manifest.json")
-    check_results = rollout_check_results(
-        coverage=counts.get("coverage"),
-        audit=audit,
-        manifest=manifest,
-        job_plan=_read_json(job_plan_path(run_storage.root_path, suite_name)),
-        guarded=split.guarded,
-        ledger_path=config.test_access_ledger_path,
-        run_dir=run_dir,
-    )
-    tokens = summary.get("cost", {}).get("tokens", {})
-    metadata: dict[str, Any] = {
+def _rollout_metadata(
+    *,
+    suite_name: str,
+    checkpoint: Any,
+    result: Any,
+    audit: core.TraceAudit,
+    manifest: dict[str, Any] | None,
+    completed_before: int,
+    wall_s: float,
+    model_base_url: str,
+    served_model: str,
+    env_health: dict[str, Any],
+    endpoint_health: dict[str, Any],
+    environment_url: str,
+    config_path: Path,
+    run_dir: Path,
+    viewer_url: str,
+) -> dict[str, Any]:
+    counts = result.summary.get("counts", {})
+    tokens = result.summary.get("cost", {}).get("tokens", {})
+    return {
         "suite": suite_name,
         "checkpoint_step": checkpoint.step,
-        "served_model": target.served_model,
-        "endpoint": target.model_base_url,
-        "environment": shopsim_environment.base_url,
+        "served_model": served_model,
+        "endpoint": model_base_url,
+        "environment": environment_url,
         "coverage": float(counts.get("coverage") or 0.0),
         "episodes_requested": int(counts.get("requested") or 0),
         "episodes_completed": int(counts.get("completed") or 0),
         "episodes_failed": int(counts.get("failed") or 0),
         "episodes_completed_before_this_run": completed_before,
+        "attempts_this_run": int(result.attempts),
         "failures_by_stage": dg.MetadataValue.json(audit.failures_by_stage),
         "trace_lines": audit.lines,
         "total_tokens": int(tokens.get("total_tokens") or 0),
         "tokens": dg.MetadataValue.json(tokens),
         "wall_time_s": round(wall_s, 3),
         "plan_fingerprint": str((manifest or {}).get("plan_fingerprint")),
+        "test_access": dg.MetadataValue.json(access) if isinstance(access := (manifest or {}).get("test_access"), dict)
+        else dg.MetadataValue.null(),
+        "episodes": dg.MetadataValue.url(viewer_url),
         "traces": dg.MetadataValue.path(str(result.traces_path)),
         "run_dir": dg.MetadataValue.path(str(run_dir)),
         "eval_config": dg.MetadataValue.path(str(config_path)),
@@ -258,111 +292,355 @@ def rollout_traces(
         ),
         "endpoint_models": dg.MetadataValue.json(endpoint_health["models"]),
     }
-    return dg.MaterializeResult(metadata=metadata, check_results=check_results)
 
 
-@dg.asset(group_name=_GROUP, deps=[rollout_traces], partitions_def=checkpoints, kinds={"polars"})
-def eval_summary(
-    context: dg.AssetExecutionContext, run_storage: RunStorage, evaluation_suites: EvaluationSuites
-) -> dg.MaterializeResult:
-    """The run's ``summary.json`` (``shopsimrl-eval-summary-v2``) with its headline numbers and a chart."""
-    settings = evaluation_suites.settings()
-    suite_name = _suite_of(context, settings)
-    run_dir = run_storage.run_dir(suite_name, context.partition_key)
-    with as_failure():
-        summary = core.summarize_run(run_dir)
-    audit = core.audit_traces(run_dir / "traces.jsonl")
+def _summary_metadata(
+    summary: dict[str, Any], suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str
+) -> dict[str, Any]:
     counts, primary, behavior = summary["counts"], summary["primary"], summary["behavior"]
-    completed = int(counts.get("completed") or 0)
-    successes = [o.success for o in audit.latest.values() if o.completed and o.success is not None]
-    interval = core.wilson_interval(int(sum(successes)), len(successes)) if successes else None
-    rows = category_rows(audit.latest.values())
-    rewards = [o.reward for o in audit.latest.values() if o.completed and o.reward is not None]
-    chart_path = run_dir / "summary_chart.png"
-    chart = write_summary_chart(chart_path, rows, rewards, f"{context.partition_key} · {suite_name}")
+    success_ci = primary.get("success_ci") or {}
+    reward_ci = primary.get("reward_ci") or {}
+    reward, success = primary.get("reward_mean"), primary.get("success_rate")
     components = summary.get("reward_components") or {}
-    reward = primary.get("reward_mean")
-    success = primary.get("success_rate")
     metadata: dict[str, Any] = {
         "suite": suite_name,
-        "reward": float(reward) if reward is not None else dg.MetadataValue.null(),
-        "reward_sem": float(primary["reward_sem"]) if primary.get("reward_sem") is not None else dg.MetadataValue.null(),
-        "success_rate": float(success) if success is not None else dg.MetadataValue.null(),
-        "success_ci_low": float(interval[0]) if interval else dg.MetadataValue.null(),
-        "success_ci_high": float(interval[1]) if interval else dg.MetadataValue.null(),
-        "success_interval": f"{success:.3f} [{interval[0]:.3f}, {interval[1]:.3f}] (Wilson 95%, n={len(successes)})"
-        if interval and success is not None else "n/a",
-        "reward_components": dg.MetadataValue.md(mapping_markdown(components, "component", "mean")),
-        "steps_mean": float(behavior["steps_mean"]) if behavior.get("steps_mean") is not None else dg.MetadataValue.null(),
+        # Rounded text for reading first, then the raw floats (the UI plots these across partitions).
+        "reward_display": rounded(
+            reward,
+            reward_ci.get("low"),
+            reward_ci.get("high"),
+            f"{reward_ci.get('method', 'interval')} {int(100 * reward_ci.get('confidence_level', 0.95))}%"
+            if reward_ci
+            else None,
+        ),
+        "success_display": rounded(
+            success,
+            success_ci.get("low"),
+            success_ci.get("high"),
+            f"Wilson 95%, n={success_ci.get('n')}" if success_ci else None,
+        ),
+        # Raw floats (the UI plots these across partitions) beside rounded text for reading.
+        "reward": _num(reward),
+        "reward_ci_low": _num(reward_ci.get("low")),
+        "reward_ci_high": _num(reward_ci.get("high")),
+        "reward_sem": _num(primary.get("reward_sem")),
+        "success_rate": _num(success),
+        "success_ci_low": _num(success_ci.get("low")),
+        "success_ci_high": _num(success_ci.get("high")),
+        "reward_components": dg.MetadataValue.table(*mapping_table(components, "component", "mean")),
+        "steps_mean": _num(behavior.get("steps_mean")),
         "protocol_error_rate": float(behavior.get("protocol_error_rate") or 0.0),
         "invalid_action_rate": float(behavior.get("invalid_action_rate") or 0.0),
-        "termination_reasons": dg.MetadataValue.md(mapping_markdown(behavior.get("termination_reasons") or {}, "reason", "episodes")),
-        "per_category": dg.MetadataValue.md(category_markdown(rows)),
-        "chart": dg.MetadataValue.md(f"![success by category and reward distribution](data:image/png;base64,{chart})"),
+        "termination_reasons": dg.MetadataValue.table(
+            *mapping_table(behavior.get("termination_reasons") or {}, "reason", "episodes")
+        ),
+        "per_category": dg.MetadataValue.table(*category_table(summary)),
+        "chart": dg.MetadataValue.md(f"![success and reward by category](data:image/png;base64,{chart_b64})"),
         "chart_path": dg.MetadataValue.path(str(chart_path)),
         "coverage": float(counts.get("coverage") or 0.0),
-        "episodes_completed": completed,
+        "episodes_completed": int(counts.get("completed") or 0),
+        "episodes": dg.MetadataValue.url(viewer_url),
         "summary_path": dg.MetadataValue.path(str(run_dir / "summary.json")),
     }
     for name, value in sorted(components.items()):
         if isinstance(value, (int, float)):
             metadata[f"component_{name}"] = float(value)
-    return dg.MaterializeResult(metadata=metadata)
+    return metadata
 
 
-@dg.asset(group_name=_GROUP, deps=[eval_summary], partitions_def=checkpoints, kinds={"json"})
-def checkpoint_comparison(
-    context: dg.AssetExecutionContext,
-    run_storage: RunStorage,
-    checkpoint_registry: CheckpointRegistry,
-    evaluation_suites: EvaluationSuites,
-) -> dg.MaterializeResult:
-    """Paired per-task bootstrap of this checkpoint against its baseline (settings ``comparison.baseline``:
-    the previous checkpoint by training step, or a fixed checkpoint id); deltas with intervals and flips."""
-    settings = evaluation_suites.settings()
-    suite_name = _suite_of(context, settings)
-    current = context.partition_key
-    options = settings.comparison
-    if options.baseline == "previous":
-        previous = previous_checkpoint(checkpoint_registry.checkpoints(), current)
-        baseline = previous.checkpoint_id if previous else None
-    else:
-        baseline = options.baseline if options.baseline != current else None
-    baseline_dir = run_storage.run_dir(suite_name, baseline) if baseline else None
-    if baseline_dir is None or not (baseline_dir / "summary.json").exists():
-        reason = "no earlier checkpoint" if baseline is None else f"baseline {baseline} has no {suite_name} summary yet"
-        return dg.MaterializeResult(metadata={"suite": suite_name, "baseline": str(baseline), "status": f"skipped: {reason}"})
-    run_dir = run_storage.run_dir(suite_name, current)
-    with as_failure():
-        comparison = core.compare_runs(
-            baseline_dir,
-            run_dir,
-            bootstrap_samples=options.bootstrap_samples,
-            bootstrap_seed=options.bootstrap_seed,
-            confidence_level=options.confidence_level,
-        )
-    out = core.write_json_atomic(run_dir / f"comparison_vs_{baseline}.json", comparison)
-    metrics = comparison["paired"]["metrics"]
-    table = ["| metric | baseline | this | delta | interval |", "|---|---:|---:|---:|---|"]
-    metadata: dict[str, Any] = {"suite": suite_name, "baseline": baseline, "status": "compared",
-                                "pairs": int(comparison["paired"]["pairs"])}
-    for name, values in sorted(metrics.items()):
-        ci = values.get("confidence_interval")
-        ci_text = f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–"
-        table.append(f"| {name} | {values['a_mean']:.4f} | {values['b_mean']:.4f} | {values['mean_difference']:+.4f} | {ci_text} |")
-        if name in ("reward", "r_success", "protocol_error_rate", "steps"):
-            metadata[f"delta_{name}"] = float(values["mean_difference"])
-            if ci:
-                metadata[f"delta_{name}_ci_low"] = float(ci[0])
-                metadata[f"delta_{name}_ci_high"] = float(ci[1])
-    flips = comparison["paired"].get("flips") or {}
-    metadata.update(
-        {
-            "deltas": dg.MetadataValue.md("\n".join(table)),
-            "flips_gained": int(flips.get("gained", 0)),
-            "flips_lost": int(flips.get("lost", 0)),
-            "flips": dg.MetadataValue.json(flips),
-            "comparison_path": dg.MetadataValue.path(str(out)),
-        }
+def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefinition]:
+    """The four assets of suite *name*, keyed ``<name>/<asset>``.
+
+    rollout_traces, eval_summary and checkpoint_comparison are partitioned by checkpoint; progress
+    charts every checkpoint's summary of the suite.
+    """
+    group = f"suite_{name}"
+    rollout_key = suite_asset_key(name, "rollout_traces")
+    summary_key = suite_asset_key(name, "eval_summary")
+    comparison_key = suite_asset_key(name, "checkpoint_comparison")
+    progress_key = suite_asset_key(name, "progress")
+    described = f"suite {name!r} ({suite.split} split)"
+
+    @dg.asset(
+        key=rollout_key,
+        group_name=group,
+        deps=[job_plan],
+        partitions_def=checkpoints,
+        check_specs=rollout_check_specs(rollout_key),
+        retry_policy=ROLLOUT_RETRY_POLICY,
+        kinds={"python"},
+        description=f"Episode traces of one checkpoint on {described} (``runs/{name}/<checkpoint>/traces.jsonl``). "
+        "Resumable: a retried or re-materialized partition continues the run directory and never redoes a "
+        "finished episode. Health checks run first, so a dead endpoint fails fast with its URL.",
     )
-    return dg.MaterializeResult(metadata=metadata)
+    def rollout_traces(
+        context: dg.AssetExecutionContext,
+        inference_endpoint: InferenceEndpoint,
+        shopsim_environment: ShopSimulatorEnvironment,
+        run_storage: RunStorage,
+        checkpoint_registry: CheckpointRegistry,
+        evaluation_suites: EvaluationSuites,
+    ) -> dg.MaterializeResult:
+        settings = evaluation_suites.settings()
+        with as_failure():
+            current = settings.suite(name)
+            split = core.load_split_file(settings.split_file).get(current.split)
+        allow_test = is_true(context.run.tags.get(ALLOW_TEST_SPLIT_TAG))
+        if split.guarded and not allow_test:
+            # Refused before anything is written: no config file, no run directory, no ledger line.
+            raise dg.Failure(
+                description=f"[test-split-not-opted-in] suite {name!r} runs on the guarded split {current.split!r}; "
+                f"launch it with the tag {ALLOW_TEST_SPLIT_TAG}=true to opt in (recorded in the run manifest and "
+                f"the test-access ledger {run_storage.ledger_path()})",
+                allow_retries=False,
+            )
+        checkpoint = checkpoint_registry.get(context.partition_key)
+        env_health = shopsim_environment.health_check()
+        endpoint_health = inference_endpoint.health_check(checkpoint)
+        config_path = write_eval_config(
+            run_storage=run_storage,
+            suite_name=name,
+            suite=current,
+            checkpoint=checkpoint,
+            inference=inference_endpoint,
+            environment=shopsim_environment,
+            split_file=settings.split_file,
+        )
+        run_dir = run_storage.run_dir(name, checkpoint.checkpoint_id)
+        context.log.info(f"rollout {checkpoint.checkpoint_id} on suite {name}: config {config_path}, run dir {run_dir}")
+        started = time.monotonic()
+        # The evaluator's "start" event counts the episodes already complete (resume), from its own run index.
+        before: dict[str, int] = {}
+
+        def log_progress(event: Any) -> None:
+            if event.kind == "start":
+                before.setdefault("done", int(event.done))
+            if event.kind == "notice":  # waits for slots, outages, released leases: always worth a line
+                context.log.warning(event.message)
+                return
+            # One line per tenth of the run keeps the run log readable for thousands of episodes.
+            tenth = max(1, event.total // 10)
+            if event.kind in ("start", "finish") or (event.kind == "attempt" and event.attempts % tenth == 0):
+                context.log.info(
+                    f"{event.kind}: {event.done}/{event.total} complete, {event.failed} failed, "
+                    f"{event.attempts} attempts this run, reward_mean "
+                    f"{'n/a' if event.reward_mean is None else format(event.reward_mean, '.4f')}"
+                )
+
+        with as_failure():
+            config = core.load_config(config_path)
+            result = core.run_evaluation(
+                config,
+                progress=log_progress,
+                allow_test_split=allow_test,
+                allow_test_rerun=is_true(context.run.tags.get(ALLOW_TEST_RERUN_TAG)),
+                opt_in_source=f"dagster run {context.run.run_id} ({ALLOW_TEST_SPLIT_TAG}=true)",
+            )
+        audit = core.audit_traces(result.traces_path)
+        manifest = _read_json(run_dir / "manifest.json")
+        check_results = rollout_check_results(
+            asset_key=rollout_key,
+            coverage=result.summary.get("counts", {}).get("coverage"),
+            audit=audit,
+            manifest=manifest,
+            job_plan=_read_json(run_storage.plan_path(name)),
+            guarded=split.guarded,
+            ledger_path=config.test_access_ledger_path,
+            run_dir=run_dir,
+        )
+        metadata = _rollout_metadata(
+            suite_name=name,
+            checkpoint=checkpoint,
+            result=result,
+            audit=audit,
+            manifest=manifest,
+            # No start event when nothing was left to run: everything complete was complete before.
+            completed_before=before.get(
+                "done", int(result.summary.get("counts", {}).get("completed") or 0) if result.attempts == 0 else 0
+            ),
+            wall_s=time.monotonic() - started,
+            model_base_url=inference_endpoint.base_url_for(checkpoint),
+            served_model=inference_endpoint.model_for(checkpoint),
+            env_health=env_health,
+            endpoint_health=endpoint_health,
+            environment_url=shopsim_environment.base_url,
+            config_path=config_path,
+            run_dir=run_dir,
+            viewer_url=viewer_run_url(settings, run_storage, name, checkpoint.checkpoint_id),
+        )
+        return dg.MaterializeResult(metadata=metadata, check_results=check_results)
+
+    @dg.asset(
+        key=summary_key,
+        group_name=group,
+        deps=[rollout_traces],
+        partitions_def=checkpoints,
+        kinds={"json"},
+        description=f"The core's summary.json of one checkpoint on {described}: headline numbers with intervals, "
+        "per-category table and chart, and a link to its episodes in the trace viewer.",
+    )
+    def eval_summary(
+        context: dg.AssetExecutionContext, run_storage: RunStorage, evaluation_suites: EvaluationSuites
+    ) -> dg.MaterializeResult:
+        settings = evaluation_suites.settings()
+        run_dir = run_storage.run_dir(name, context.partition_key)
+        # The rollout's run_evaluation wrote this summary; reading it shows the core's numbers as they are.
+        summary = _read_json(run_dir / "summary.json")
+        if summary is None or "primary" not in summary:
+            with as_failure():
+                summary = core.summarize_run(run_dir)
+        chart_path = run_dir / "summary_chart.png"
+        chart = _cached_chart(
+            chart_path,
+            summary,
+            lambda: write_category_chart(chart_path, summary, f"{context.partition_key} · suite {name}"),
+        )
+        url = viewer_run_url(settings, run_storage, name, context.partition_key)
+        return dg.MaterializeResult(metadata=_summary_metadata(summary, name, run_dir, chart, chart_path, url))
+
+    @dg.multi_asset(
+        name=f"{name}_checkpoint_comparison",
+        specs=[
+            dg.AssetSpec(
+                comparison_key,
+                deps=[summary_key],
+                group_name=group,
+                kinds={"json"},
+                skippable=True,
+                description=f"Paired per-task bootstrap of one checkpoint against its baseline on {described} "
+                "(settings comparison.baseline). Not materialized when there is no baseline run.",
+            )
+        ],
+        partitions_def=checkpoints,
+        can_subset=True,
+    )
+    def checkpoint_comparison(
+        context: dg.AssetExecutionContext,
+        run_storage: RunStorage,
+        checkpoint_registry: CheckpointRegistry,
+        evaluation_suites: EvaluationSuites,
+    ) -> Iterator[dg.MaterializeResult]:
+        settings = evaluation_suites.settings()
+        current = context.partition_key
+        options = settings.comparison
+        if options.baseline == "previous":
+            previous = previous_checkpoint(checkpoint_registry.checkpoints(), current)
+            baseline = previous.checkpoint_id if previous else None
+        else:
+            baseline = options.baseline if options.baseline != current else None
+        baseline_dir = run_storage.run_dir(name, baseline) if baseline else None
+        if baseline_dir is None or not (baseline_dir / "summary.json").exists():
+            reason = "no earlier checkpoint" if baseline is None else f"baseline {baseline} has no {name} summary yet"
+            context.log.info(f"checkpoint_comparison not materialized for {current} on {name}: {reason}")
+            return
+        run_dir = run_storage.run_dir(name, current)
+        assert baseline is not None  # baseline_dir exists only for a baseline
+        with as_failure():
+            comparison = core.compare_runs(
+                baseline_dir,
+                run_dir,
+                bootstrap_samples=options.bootstrap_samples,
+                bootstrap_seed=options.bootstrap_seed,
+                confidence_level=options.confidence_level,
+            )
+        out = core.write_json_atomic(run_dir / f"comparison_vs_{baseline}.json", comparison)
+        metrics = comparison["paired"]["metrics"]
+        rows = []
+        metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": int(comparison["paired"]["pairs"])}
+        for metric, values in sorted(metrics.items()):
+            ci = values.get("confidence_interval")
+            rows.append(
+                dg.TableRecord(
+                    {
+                        "metric": metric,
+                        "baseline": round(float(values["a_mean"]), 4),
+                        "this": round(float(values["b_mean"]), 4),
+                        "delta": round(float(values["mean_difference"]), 4),
+                        "interval": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
+                    }
+                )
+            )
+            if metric in ("reward", "r_success", "protocol_error_rate", "steps"):
+                metadata[f"delta_{metric}"] = float(values["mean_difference"])
+                if ci:
+                    metadata[f"delta_{metric}_ci_low"] = float(ci[0])
+                    metadata[f"delta_{metric}_ci_high"] = float(ci[1])
+        flips = comparison["paired"].get("flips") or {}
+        schema = dg.TableSchema(
+            columns=[
+                dg.TableColumn("metric", "string"),
+                dg.TableColumn("baseline", "float"),
+                dg.TableColumn("this", "float"),
+                dg.TableColumn("delta", "float"),
+                dg.TableColumn("interval", "string"),
+            ]
+        )
+        metadata.update(
+            {
+                "deltas": dg.MetadataValue.table(rows, schema=schema),
+                "flips_gained": int(flips.get("gained", 0)),
+                "flips_lost": int(flips.get("lost", 0)),
+                "flips": dg.MetadataValue.json(flips),
+                "comparison_path": dg.MetadataValue.path(str(out)),
+                "compare_in_viewer": dg.MetadataValue.url(
+                    f"{settings.viewer.base_url.rstrip('/')}/compare?a={run_storage.run_rel(name, baseline)}"
+                    f"&b={run_storage.run_rel(name, current)}"
+                ),
+            }
+        )
+        yield dg.MaterializeResult(asset_key=comparison_key, metadata=metadata)
+
+    @dg.multi_asset(
+        name=f"{name}_progress",
+        specs=[
+            dg.AssetSpec(
+                progress_key,
+                deps=[summary_key],
+                group_name=group,
+                kinds={"json"},
+                skippable=True,
+                description=f"Reward and success (95% intervals) of every checkpoint on {described}, "
+                "against training step. Not materialized while no checkpoint has a summary.",
+            )
+        ],
+        can_subset=True,
+    )
+    def progress(
+        context: dg.AssetExecutionContext,
+        run_storage: RunStorage,
+        checkpoint_registry: CheckpointRegistry,
+        evaluation_suites: EvaluationSuites,
+    ) -> Iterator[dg.MaterializeResult]:
+        settings = evaluation_suites.settings()
+        points = progress_points(
+            (c.checkpoint_id, c.step, _read_json(run_storage.run_dir(name, c.checkpoint_id) / "summary.json"))
+            for c in checkpoint_registry.checkpoints()
+        )
+        if not points:
+            context.log.info(f"progress not materialized: no checkpoint has a {name} summary yet")
+            return
+        out_dir = run_storage.progress_dir(name)
+        chart = write_progress_chart(
+            out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
+        )
+        core.write_json_atomic(out_dir / "progress.json", {"suite": name, "points": points})
+        latest = points[-1]
+        yield dg.MaterializeResult(
+            asset_key=progress_key,
+            metadata={
+                "suite": name,
+                "checkpoints": len(points),
+                "latest_checkpoint": latest["checkpoint_id"],
+                "latest_step": latest["step"],
+                "latest_reward": _num(latest["reward"]),
+                "latest_success_rate": _num(latest["success_rate"]),
+                "chart": dg.MetadataValue.md(
+                    f"![{name}: reward and success by training step](data:image/png;base64,{chart})"
+                ),
+                "points": dg.MetadataValue.table(*progress_table(points)),
+                "chart_path": dg.MetadataValue.path(str(out_dir / "progress.png")),
+                "runs_in_viewer": dg.MetadataValue.url(settings.viewer.base_url.rstrip("/") + "/"),
+            },
+        )
+
+    return [rollout_traces, eval_summary, checkpoint_comparison, progress]

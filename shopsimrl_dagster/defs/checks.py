@@ -22,7 +22,7 @@ __all__ = [
     "PLAN_MATCHES",
     "NO_GOAL_LEAK",
     "TEST_OPT_IN",
-    "ROLLOUT_CHECK_SPECS",
+    "rollout_check_specs",
     "rollout_check_results",
     "check_result",
 ]
@@ -33,27 +33,39 @@ PLAN_MATCHES = "plan_matches_job_plan"
 NO_GOAL_LEAK = "no_private_goal_in_prompts"
 TEST_OPT_IN = "test_split_opt_in_recorded"
 
-ROLLOUT_CHECK_SPECS = [
-    dg.AssetCheckSpec(COVERAGE, asset="rollout_traces", blocking=True,
-                      description="Every planned episode has a completed latest record (coverage == 1.0)."),
-    dg.AssetCheckSpec(TRACES_VALID, asset="rollout_traces", blocking=True,
-                      description="Every JSON line of traces.jsonl has the shopsimrl-episode-v4 shape."),
-    dg.AssetCheckSpec(PLAN_MATCHES, asset="rollout_traces", blocking=True,
-                      description="The run manifest's jobs are exactly the job_plan of the suite, and its "
-                      "plan_fingerprint is the fingerprint of its plan."),
-    dg.AssetCheckSpec(NO_GOAL_LEAK, asset="rollout_traces", blocking=True,
-                      description="No private-goal text (hidden persona reasoning, the full instruction of a "
-                      "persona task, the goal object) appears in any model-visible message."),
-    dg.AssetCheckSpec(TEST_OPT_IN, asset="rollout_traces", blocking=True,
-                      description="A run on a guarded (test-role) split carries its opt-in record in the "
-                      "manifest (test_access) and in the test-access ledger."),
-]
+_ROLLOUT_CHECKS = (
+    (COVERAGE, "Every planned episode has a completed latest record (coverage == 1.0)."),
+    (TRACES_VALID, "Every JSON line of traces.jsonl has the shopsimrl-episode-v4 shape."),
+    (
+        PLAN_MATCHES,
+        "The run manifest's jobs are exactly the job_plan of the suite, and its plan_fingerprint is "
+        "the fingerprint of its plan.",
+    ),
+    (
+        NO_GOAL_LEAK,
+        "No private-goal text (hidden persona reasoning, the full instruction of a persona task, the "
+        "goal object) appears in any model-visible message.",
+    ),
+    (
+        TEST_OPT_IN,
+        "A run on a guarded (test-role) split carries its opt-in record in the manifest (test_access) "
+        "and in the test-access ledger.",
+    ),
+)
 
 
-def check_result(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
+def rollout_check_specs(asset_key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+    """The five blocking checks of one suite's ``rollout_traces`` asset."""
+    return [dg.AssetCheckSpec(name, asset=asset_key, blocking=True, description=text) for name, text in _ROLLOUT_CHECKS]
+
+
+def check_result(
+    name: str, passed: bool, description: str, *, asset_key: dg.AssetKey | None = None, **metadata: Any
+) -> dg.AssetCheckResult:
     """A blocking (ERROR-severity) check verdict with its description and metadata."""
     return dg.AssetCheckResult(
         check_name=name,
+        asset_key=asset_key,
         passed=passed,
         severity=dg.AssetCheckSeverity.ERROR,
         description=description,
@@ -73,13 +85,25 @@ def _plan_verdict(manifest: dict[str, Any] | None, job_plan: dict[str, Any] | No
     expected = job_plan.get("jobs_fingerprint")
     meta = {"plan_fingerprint": str(stored), "jobs_fingerprint": jobs_fp, "job_plan_fingerprint": str(expected)}
     if stored != recomputed:
-        return False, f"manifest plan_fingerprint {stored} is not the fingerprint of its plan ({recomputed}); the manifest was edited", meta
+        return (
+            False,
+            f"manifest plan_fingerprint {stored} is not the fingerprint of its plan ({recomputed}); the manifest "
+            f"was edited",
+            meta,
+        )
     if jobs_fp != expected:
-        return False, f"run jobs fingerprint {jobs_fp} differs from job_plan {expected}; the suite changed since the run started — use a new suite name", meta
+        return (
+            False,
+            f"run jobs fingerprint {jobs_fp} differs from job_plan {expected}; the suite changed since the run "
+            f"started — use a new suite name",
+            meta,
+        )
     return True, "manifest jobs equal the suite's job_plan", meta
 
 
-def _opt_in_verdict(guarded: bool, ledger_path: Path, run_dir: Path, manifest: dict[str, Any] | None) -> tuple[bool, str]:
+def _opt_in_verdict(
+    guarded: bool, ledger_path: Path, run_dir: Path, manifest: dict[str, Any] | None
+) -> tuple[bool, str]:
     if not guarded:
         return True, "split is not guarded; no opt-in needed"
     access = (manifest or {}).get("test_access")
@@ -93,14 +117,22 @@ def _opt_in_verdict(guarded: bool, ledger_path: Path, run_dir: Path, manifest: d
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(entry, dict) and Path(str(entry.get("run_dir", ""))).resolve() == run_dir.resolve() \
-                        and entry.get("plan_fingerprint") == fingerprint:
-                    return True, f"opt-in by {access.get('source')} recorded in the manifest and in {ledger_path.name} at {entry.get('at')}"
+                if (
+                    isinstance(entry, dict)
+                    and Path(str(entry.get("run_dir", ""))).resolve() == run_dir.resolve()
+                    and entry.get("plan_fingerprint") == fingerprint
+                ):
+                    return (
+                        True,
+                        f"opt-in by {access.get('source')} recorded in the manifest and in {ledger_path.name} at "
+                        f"{entry.get('at')}",
+                    )
     return False, f"guarded split run without an opt-in record for {run_dir} in {ledger_path}"
 
 
 def rollout_check_results(
     *,
+    asset_key: dg.AssetKey,
     coverage: float | None,
     audit: core.TraceAudit,
     manifest: dict[str, Any] | None,
@@ -109,10 +141,14 @@ def rollout_check_results(
     ledger_path: Path,
     run_dir: Path,
 ) -> list[dg.AssetCheckResult]:
-    """The five blocking verdicts of one rollout, in ``ROLLOUT_CHECK_SPECS`` order."""
+    """The five blocking verdicts of one rollout, in ``rollout_check_specs`` order."""
+
+    def check(name: str, passed: bool, description: str, **metadata: Any) -> dg.AssetCheckResult:
+        return check_result(name, passed, description, asset_key=asset_key, **metadata)
+
     results = [
-        check_result(COVERAGE, coverage == 1.0, f"coverage {coverage}", coverage=float(coverage or 0.0)),
-        check_result(
+        check(COVERAGE, coverage == 1.0, f"coverage {coverage}", coverage=float(coverage or 0.0)),
+        check(
             TRACES_VALID,
             audit.invalid_count == 0,
             "all trace lines validate" if audit.invalid_count == 0 else "; ".join(audit.invalid[:3]),
@@ -123,9 +159,9 @@ def rollout_check_results(
         ),
     ]
     passed, text, meta = _plan_verdict(manifest, job_plan)
-    results.append(check_result(PLAN_MATCHES, passed, text, **meta))
+    results.append(check(PLAN_MATCHES, passed, text, **meta))
     results.append(
-        check_result(
+        check(
             NO_GOAL_LEAK,
             not audit.leaks,
             "no private-goal text in model-visible messages" if not audit.leaks else "; ".join(audit.leaks[:3]),
@@ -134,5 +170,5 @@ def rollout_check_results(
         )
     )
     passed, text = _opt_in_verdict(guarded, ledger_path, run_dir, manifest)
-    results.append(check_result(TEST_OPT_IN, passed, text, guarded=guarded))
+    results.append(check(TEST_OPT_IN, passed, text, guarded=guarded))
     return results

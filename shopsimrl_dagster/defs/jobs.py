@@ -1,22 +1,40 @@
-"""One job per evaluation suite: ``evaluate_<suite>`` materializes, for one checkpoint partition,
-``rollout_traces`` and everything below it (summary, comparison, and the per-checkpoint skill assets
-the location adds), and tags the run with its suite.
+"""Jobs. One evaluation job per suite, plus plans and progress charts.
 
-The unpartitioned ``frozen_split`` and ``job_plan`` stay out of these jobs (they would otherwise
-re-run in every partition run); materialize them once, or let ``evaluate_all`` do it.
+- ``evaluate_<suite>``: for one checkpoint partition, materializes exactly that suite's
+  ``<suite>/rollout_traces`` → ``<suite>/eval_summary`` → ``<suite>/checkpoint_comparison`` (with
+  the rollout's blocking checks) — evaluation assets only, never the skills lineage. Its steps run
+  in the run worker's process (in-process executor): the chain is sequential anyway and one Python
+  process per step cost ~5 s each. Every run carries the tag ``shopsimrl/endpoint`` of the
+  checkpoint's inference endpoint, computed per partition, so the instance's run queue admits one
+  run per endpoint (``configs/pipeline/dagster.yaml``) — backfills included.
+- ``prepare_plans``: ``frozen_split`` and ``job_plan`` (unpartitioned; materialize once per
+  settings change).
+- ``progress_charts``: every suite's ``<suite>/progress`` (the progress sensor launches the one of a
+  suite after each successful evaluation of it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 
-from ..run_tags import SUITE_TAG
-from ..settings import PipelineSettings, load_pipeline_settings
+from ..deploy.executors import evaluation_executor
+from ..registry import read_registry
+from ..run_tags import ENDPOINT_TAG, endpoint_tag_value
+from ..settings import PipelineSettings
+from .assets import EVALUATION_ASSET_NAMES, suite_asset_key
+from .partitions import checkpoints
 
-__all__ = ["EVALUATION_ASSETS", "evaluation_job_name", "build_evaluation_jobs", "evaluation_jobs"]
+__all__ = [
+    "evaluation_job_name",
+    "evaluation_selection",
+    "endpoint_of",
+    "build_jobs",
+    "evaluation_jobs",
+    "partition_config",
+]
 
-EVALUATION_ASSETS = ("rollout_traces", "eval_summary", "checkpoint_comparison")
-"""The evaluation lineage proper; the jobs select these and everything downstream of them."""
 # Sensors and schedules must target the very job objects the location defines; one build per settings file.
 _BUILT: dict[tuple[str, tuple[str, ...]], dict[str, dg.UnresolvedAssetJobDefinition]] = {}
 
@@ -26,14 +44,40 @@ def evaluation_job_name(suite: str) -> str:
     return f"evaluate_{suite}"
 
 
-def build_evaluation_jobs(settings: PipelineSettings) -> list[dg.UnresolvedAssetJobDefinition]:
-    """``evaluate_<suite>`` for every suite of *settings*, plus ``prepare_plans`` (split + plans)."""
+def evaluation_selection(suite: str) -> dg.AssetSelection:
+    """The evaluation assets of *suite* and their checks, nothing else."""
+    return dg.AssetSelection.assets(*(suite_asset_key(suite, name) for name in EVALUATION_ASSET_NAMES))
+
+
+def endpoint_of(settings: PipelineSettings, checkpoint_id: str) -> str:
+    """The inference endpoint serving *checkpoint_id*: its registry entry's, else the settings' default."""
+    for entry in read_registry(settings.checkpoint_registry):
+        if entry.checkpoint_id == checkpoint_id and entry.endpoint:
+            return entry.endpoint
+    return settings.inference.base_url
+
+
+def partition_config(settings: PipelineSettings) -> dg.PartitionedConfig:
+    """Per-checkpoint run tags (``shopsimrl/endpoint``) for a job partitioned by checkpoint; no run config."""
+
+    def tags_for(partition_key: str) -> Mapping[str, str]:
+        # Read when a run is created (launch, backfill, sensor), so a newly registered endpoint counts.
+        return {ENDPOINT_TAG: endpoint_tag_value(endpoint_of(settings, partition_key))}
+
+    return dg.PartitionedConfig(
+        partitions_def=checkpoints, run_config_for_partition_key_fn=lambda _key: {}, tags_for_partition_key_fn=tags_for
+    )
+
+
+def build_jobs(settings: PipelineSettings) -> list[dg.UnresolvedAssetJobDefinition]:
+    """``evaluate_<suite>`` for every suite of *settings*, ``prepare_plans`` and ``progress_charts``."""
     jobs = [
         dg.define_asset_job(
             evaluation_job_name(name),
-            selection=dg.AssetSelection.assets(*EVALUATION_ASSETS).downstream(),
+            selection=evaluation_selection(name),
+            config=partition_config(settings),
+            executor_def=evaluation_executor(settings.execution),
             description=f"Evaluate one checkpoint on suite {name!r} ({suite.split} split). {suite.purpose}".strip(),
-            run_tags={SUITE_TAG: name},
         )
         for name, suite in sorted(settings.suites.items())
     ]
@@ -41,7 +85,16 @@ def build_evaluation_jobs(settings: PipelineSettings) -> list[dg.UnresolvedAsset
         dg.define_asset_job(
             "prepare_plans",
             selection=dg.AssetSelection.assets("frozen_split", "job_plan"),
+            executor_def=dg.in_process_executor,
             description="Validate the split file and write the job plan of every suite.",
+        )
+    )
+    jobs.append(
+        dg.define_asset_job(
+            "progress_charts",
+            selection=dg.AssetSelection.assets(*(suite_asset_key(s, "progress") for s in sorted(settings.suites))),
+            executor_def=dg.in_process_executor,
+            description="Chart reward and success against training step for every suite (or the selected ones).",
         )
     )
     return jobs
@@ -51,11 +104,5 @@ def evaluation_jobs(settings: PipelineSettings) -> dict[str, dg.UnresolvedAssetJ
     """The jobs of *settings* by name, built once per settings file and suite list."""
     key = (str(settings.source), tuple(sorted(settings.suites)))
     if key not in _BUILT:
-        _BUILT[key] = {job.name: job for job in build_evaluation_jobs(settings)}
+        _BUILT[key] = {job.name: job for job in build_jobs(settings)}
     return _BUILT[key]
-
-
-@dg.definitions
-def jobs() -> dg.Definitions:
-    """The evaluation jobs of the suites in the pipeline settings file."""
-    return dg.Definitions(jobs=list(evaluation_jobs(load_pipeline_settings()).values()))

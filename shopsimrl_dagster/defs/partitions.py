@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-__all__ = ["checkpoints"]
+__all__ = ["CHECKPOINTS", "checkpoints"]
 
-checkpoints = dg.DynamicPartitionsDefinition(name="checkpoints")
+CHECKPOINTS = "checkpoints"
+"""Name of the dynamic partitions definition (what the instance stores the keys under)."""
+checkpoints = dg.DynamicPartitionsDefinition(name=CHECKPOINTS)

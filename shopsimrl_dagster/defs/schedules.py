@@ -1,15 +1,16 @@
-"""The nightly schedule: evaluate the latest checkpoint — the highest training step in the
-registry, not the most recently written file — on ``automation.nightly_suite``.
-"""
+"""The nightly schedule: evaluate the latest checkpoint on ``automation.nightly_suite``.
 
+"Latest" is the highest training step in the registry, not the most recently written file; the run
+goes through that suite's ``evaluate_<suite>`` job, so exactly that suite's assets.
+"""
 
 import dagster as dg
 
 from ..registry import latest_checkpoint
 from ..run_tags import TRIGGER_TAG
-from ..settings import PipelineSettings, load_pipeline_settings
+from ..settings import PipelineSettings
 from .jobs import evaluation_job_name, evaluation_jobs
-from .partitions import checkpoints
+from .partitions import CHECKPOINTS
 from .resources import CheckpointRegistry
 
 __all__ = ["build_nightly_schedule"]
@@ -33,13 +34,16 @@ def build_nightly_schedule(settings: PipelineSettings) -> dg.ScheduleDefinition:
     def nightly_latest_checkpoint(
         context: dg.ScheduleEvaluationContext, checkpoint_registry: CheckpointRegistry
     ) -> dg.RunRequest | dg.SkipReason:
-        latest = latest_checkpoint(checkpoint_registry.checkpoints())
+        problems: list[str] = []
+        latest = latest_checkpoint(checkpoint_registry.checkpoints(problems=problems))
+        for line in problems:
+            context.log.warning(line)
         if latest is None:
             return dg.SkipReason(f"the checkpoint registry {checkpoint_registry.folder} is empty")
         # The registry sensor normally adds the partition; do it here too so the schedule also
         # works with the sensor switched off (adding an existing key is a no-op).
-        if not context.instance.has_dynamic_partition(checkpoints.name, latest.checkpoint_id):
-            context.instance.add_dynamic_partitions(checkpoints.name, [latest.checkpoint_id])
+        if not context.instance.has_dynamic_partition(CHECKPOINTS, latest.checkpoint_id):
+            context.instance.add_dynamic_partitions(CHECKPOINTS, [latest.checkpoint_id])
         night = context.scheduled_execution_time.strftime("%Y-%m-%d")
         return dg.RunRequest(
             run_key=f"nightly:{night}:{latest.checkpoint_id}:{suite}",
@@ -48,9 +52,3 @@ def build_nightly_schedule(settings: PipelineSettings) -> dg.ScheduleDefinition:
         )
 
     return nightly_latest_checkpoint
-
-
-@dg.definitions
-def schedules() -> dg.Definitions:
-    """The nightly schedule configured by the pipeline settings file."""
-    return dg.Definitions(schedules=[build_nightly_schedule(load_pipeline_settings())])

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not an installed package
     sys.path.insert(0, str(ROOT))
@@ -28,6 +30,7 @@ def _check_row(row: dict, where: str) -> None:
     assert len(row["runs"]) == 1 and row["runs"][0]["steps"] == row["steps"], where
 
 
+@pytest.mark.slow
 def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> None:
     out = tmp_path / "core.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.core_throughput", "--quick", "--repeats", "1",
@@ -56,10 +59,12 @@ def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> No
             abs(row["fraction_of_ideal"] - row["steps_per_s"] / row["ideal_steps_per_s"]) < 0.01
         # the model latency knob is honoured: every model call took at least the 200 ms
         assert row["timing_p50_ms"]["model_ms"] >= 200
-    assert {"c64_httpx_vs_thread_reference", "c8_httpx_vs_stream_transport", "latency_httpx_vs_sharded_httpx"} <= set(doc["ratios"])
+    assert {"c64_httpx_vs_thread_reference", "c8_httpx_vs_stream_transport", "latency_httpx_vs_sharded_httpx"} <= set(
+        doc["ratios"]
+    )
     assert (tmp_path / doc["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "c64_default_vs_httpx_pool" in doc["ratios"]
-    assert "runtime, default (streams transport)" in done.stdout and "wrote" in done.stdout
+    assert "runtime, default (aiohttp engine)" in done.stdout and "wrote" in done.stdout
 
 
 def test_steady_rate_ignores_the_tail_after_the_last_episode_start() -> None:
@@ -76,3 +81,55 @@ def test_run_all_discovers_every_benchmark_module() -> None:
     assert "run_all" not in names and not any(n.startswith("_") for n in names)
     if (ROOT / "benchmarks" / "sandbox_bench.py").exists():
         assert "sandbox_bench" in names
+
+
+def test_client_shape_quick_run_measures_whole_processes_beside_the_reference(tmp_path: Path) -> None:
+    out = tmp_path / "shape.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.client_shape", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["schema"] == "shopsimrl-bench-client-shape-v1"
+    assert set(doc["rows"]) == {"c1_0ms", "c8_200ms"}
+    for label, rows in doc["rows"].items():
+        assert set(rows) == {"default", "reference"}, label
+        for name, row in rows.items():
+            assert row["failed"] == 0, (label, name, row.get("errors"))
+            assert row["steps"] > 0 and row["cpu_s"] > 0 and row["wall_s"] > 0, (label, name)
+        # the stub's 10-step episodes end in a purchase: every episode of ours plays all ten steps
+        assert rows["default"]["steps"] == 10 * rows["default"]["episodes"], label
+        assert rows["default"]["vs_reference"]["steps_per_s_ratio"] > 0
+    latency = doc["rows"]["c8_200ms"]["default"]
+    assert latency["ideal_steps_per_s"] == 8 / 0.2 and 0 < latency["fraction_of_ideal"] <= 1.0
+    assert "shopsimrl run (default)" in done.stdout and "thread reference" in done.stdout
+
+
+def test_http_engines_quick_run_compares_every_available_engine(tmp_path: Path) -> None:
+    out = tmp_path / "engines.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.http_engines",
+            "--quick",
+            "--engines",
+            "aiohttp,httpx_aiohttp,httpx_aiohttp_bypass,httpx",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert set(doc["engines"]) == {"aiohttp", "httpx_aiohttp", "httpx_aiohttp_bypass", "httpx"}
+    steps = {row["steps"] for row in doc["engines"].values()}
+    assert len(steps) == 1 and steps.pop() > 0  # every engine played the same episodes to the end
+    assert min(row["loop_cpu_vs_best"] for row in doc["engines"].values()) == 1.0

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from testkit.core_runkit import record
 
-from core_runkit import record
 from shopsimrl_core import audit_traces, goal_leaks, load_config, run_evaluation
 
 
@@ -40,7 +40,11 @@ def test_clean_run_then_planted_leak_schema_break_and_torn_line(tmp_path: Path, 
     victim["conversation"][1]["content"] += "\n" + victim["final"]["goal"]["instruction_text"]
     broken = dict(records[0], schema_version="shopsimrl-episode-v3")
     planted = tmp_path / "planted.jsonl"
-    lines = [json.dumps(r, ensure_ascii=False) for r in records] + ["", json.dumps(broken, ensure_ascii=False), '{"episode_id": "task-0000']
+    lines = [json.dumps(r, ensure_ascii=False) for r in records] + [
+        "",
+        json.dumps(broken, ensure_ascii=False),
+        '{"episode_id": "task-0000',
+    ]
     planted.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     audit = audit_traces(planted)

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core_runkit import PERSONA_SPLITS, record, small_splits, write_config
+from testkit.core_runkit import PERSONA_SPLITS, record, small_splits, write_config
+
 from shopsimrl_core import RunStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,10 +25,24 @@ def test_plan_on_frozen_val_split_lists_400_jobs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["episodes"] == 800 and len(plan["selected_tasks"]) == 400 and len(plan["jobs"]) == 800
-    assert plan["jobs"][0] == {"task_id": 19, "sample_id": 0, "seed": 2694671387, "split": "val", "episode_id": "task-000019__sample-000"}
-    assert plan["jobs"][1] == {"task_id": 19, "sample_id": 1, "seed": 831922249, "split": "val", "episode_id": "task-000019__sample-001"}
+    assert plan["jobs"][0] == {
+        "task_id": 19,
+        "sample_id": 0,
+        "seed": 2694671387,
+        "split": "val",
+        "episode_id": "task-000019__sample-000",
+    }
+    assert plan["jobs"][1] == {
+        "task_id": 19,
+        "sample_id": 1,
+        "seed": 831922249,
+        "split": "val",
+        "episode_id": "task-000019__sample-001",
+    }
     assert plan["split"]["task_ids_sha256"] == "103c72fd5da76870d2406420a8d7eab0c616780cb6fb8ac27875b5424dae872e"
-    assert plan["guarded"] is False and plan["first_jobs"] == [{k: v for k, v in j.items() if k != "episode_id"} for j in plan["jobs"][:5]]
+    assert plan["guarded"] is False and plan["first_jobs"] == [
+        {k: v for k, v in j.items() if k != "episode_id"} for j in plan["jobs"][:5]
+    ]
     assert not (tmp_path / "runs").exists()  # plan writes nothing
 
 
@@ -36,7 +51,9 @@ def test_plan_marks_guarded_split(tmp_path: Path) -> None:
     done = _cli("plan", "--brief", str(config))
     assert done.returncode == 0
     plan = json.loads(done.stdout)
-    assert plan["guarded"] is True and plan["split"]["guarded"] is True and plan["episodes"] == 400 and "jobs" not in plan
+    assert (
+        plan["guarded"] is True and plan["split"]["guarded"] is True and plan["episodes"] == 400 and "jobs" not in plan
+    )
     assert plan["split"]["task_ids_sha256"] == "4137a041471b29310c7e349732c55f04e8ea1c9a517cd60475d048ca1466c257"
     assert "--allow-test-split" in done.stderr
 
@@ -57,8 +74,10 @@ def test_config_errors_exit_2_one_line_each(tmp_path: Path) -> None:
     done = _cli("run", str(config))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        f"shopsimrl: error[config-invalid]: {config}: experiment.concurency: unknown key (got 3); did you mean 'concurrency'? "
-        "valid keys: name, output_dir, dotenv, seed, concurrency, resume, max_episode_retries, max_attempts, max_total_attempts, test_access_ledger"
+        f"shopsimrl: error[config-invalid]: {config}: experiment.concurency: unknown key (got 3); "
+        "did you mean 'concurrency'? valid keys: name, output_dir, dotenv, seed, concurrency, resume, "
+        "max_episode_retries, max_attempts, max_total_attempts, test_access_ledger, max_planned_episodes, "
+        "outage_budget_seconds"
     ]
 
 
@@ -92,14 +111,22 @@ def test_summarize_cli(tmp_path: Path) -> None:
 def test_core_never_imports_dagster() -> None:
     sources = sorted((REPO / "shopsimrl_core").rglob("*.py"))
     assert sources
-    offenders = [str(p) for p in sources
-                 if any(line.strip().startswith(("import dagster", "from dagster")) for line in p.read_text(encoding="utf-8").splitlines())]
+    offenders = [
+        str(p)
+        for p in sources
+        if any(
+            line.strip().startswith(("import dagster", "from dagster"))
+            for line in p.read_text(encoding="utf-8").splitlines()
+        )
+    ]
     assert offenders == []
     names = sorted(p.stem for p in sources if p.stem != "__init__" and p.parent.name == "shopsimrl_core")
-    code = ("import importlib, sys\n"
-            f"for name in {names!r}:\n"
-            "    importlib.import_module('shopsimrl_core.' + name)\n"
-            "print(sorted(m for m in sys.modules if m == 'dagster' or m.startswith('dagster.')))\n")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module('shopsimrl_core.' + name)\n"
+        "print(sorted(m for m in sys.modules if m == 'dagster' or m.startswith('dagster.')))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testkit.core_runkit import small_splits, write_config
 
-from core_runkit import small_splits, write_config
 from shopsimrl_core import ConfigError, load_config
-from shopsimrl_core.runs._config import sanitize_name
+from shopsimrl_core.runs._config_sections import sanitize_name
 from shopsimrl_core.runs._dotenv import apply_dotenv, parse_dotenv
 
 
@@ -25,7 +25,9 @@ def test_legacy_defaults_and_normalisation(tmp_path: Path) -> None:
     assert config.model_id == "served-model-v1"
     assert config.output_dir_path == (tmp_path.parent / "runs").resolve()
     assert config.split_file_path == tmp_path / "splits.json"
-    assert config.experiment.seed == 20260828 and config.experiment.concurrency == 1 and config.experiment.resume is True
+    assert (
+        config.experiment.seed == 20260828 and config.experiment.concurrency == 1 and config.experiment.resume is True
+    )
     assert config.environment.base_url == "http://127.0.0.1:5700" and config.environment.timeout == 30.0
     assert config.runtime.max_steps == 30 and config.tasks.repeats == 1 and config.tasks.sample_size is None
     m = config.model
@@ -40,15 +42,20 @@ def test_paths_resolve_against_yaml_folder(tmp_path: Path) -> None:
     (tmp_path / "cfg").mkdir()
     small_splits(tmp_path)
     (tmp_path / "prompt.txt").write_text("你是购物助手。\n", encoding="utf-8")
-    path = write_config(tmp_path / "cfg", split_file="../splits.json",
-                        overrides={"prompt": {"system_prompt_file": "../prompt.txt"}, "experiment": {"output_dir": "../out"}})
+    path = write_config(
+        tmp_path / "cfg",
+        split_file="../splits.json",
+        overrides={"prompt": {"system_prompt_file": "../prompt.txt"}, "experiment": {"output_dir": "../out"}},
+    )
     config = load_config(path)
     assert config.split_file_path == tmp_path / "splits.json"
     assert config.system_prompt_file_path == tmp_path / "prompt.txt"
     assert config.run_dir == tmp_path / "out" / "exp"
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("  a b//c  ", "a-b-c"), ("..x..", "x"), ("-é-y-", "y"), ("ok_1.2-3", "ok_1.2-3")])
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("  a b//c  ", "a-b-c"), ("..x..", "x"), ("-é-y-", "y"), ("ok_1.2-3", "ok_1.2-3")]
+)
 def test_sanitize_name(raw: str, expected: str) -> None:
     assert sanitize_name(raw) == expected
 
@@ -64,15 +71,20 @@ def _error(tmp_path: Path, overrides: dict) -> str:
 def test_unknown_key_lists_valid_keys_and_suggests(tmp_path: Path) -> None:
     message = _error(tmp_path, {"experiment": {"concurency": 4}})
     assert message.startswith(f"{tmp_path / 'eval.yaml'}: experiment.concurency: unknown key")
-    assert "did you mean 'concurrency'?" in message and "valid keys: name, output_dir, dotenv, seed, concurrency" in message
+    assert (
+        "did you mean 'concurrency'?" in message
+        and "valid keys: name, output_dir, dotenv, seed, concurrency" in message
+    )
 
 
 def test_every_problem_on_its_own_line(tmp_path: Path) -> None:
-    message = _error(tmp_path, {"model": {"temperature": 3, "max_tokens": "512", "stream": "yes"}, "runtime": {"max_steps": 0}})
+    message = _error(
+        tmp_path, {"model": {"temperature": 3, "max_tokens": "512", "stream": "yes"}, "runtime": {"max_steps": 0}}
+    )
     lines = message.splitlines()
     assert len(lines) == 4
     assert any(line.endswith("model.temperature: must be <= 2 (got 3); fix the value in the YAML") for line in lines)
-    assert any("model.max_tokens: must be an int (got \"512\")" in line for line in lines)
+    assert any('model.max_tokens: must be an int (got "512")' in line for line in lines)
     assert any("model.stream: must be true or false" in line for line in lines)
     assert any("runtime.max_steps: must be >= 1 (got 0)" in line for line in lines)
     assert all(line.startswith(str(tmp_path / "eval.yaml")) for line in lines)
@@ -84,9 +96,11 @@ def test_bool_is_not_a_number(tmp_path: Path) -> None:
 
 def test_contradictory_values(tmp_path: Path) -> None:
     assert "set at most one of prompt.system_prompt and prompt.system_prompt_file" in _error(
-        tmp_path, {"prompt": {"system_prompt": "a", "system_prompt_file": "b.txt"}})
+        tmp_path, {"prompt": {"system_prompt": "a", "system_prompt_file": "b.txt"}}
+    )
     assert "contradicts experiment.max_episode_retries" in _error(
-        tmp_path, {"experiment": {"max_attempts": 5, "max_episode_retries": 1}})
+        tmp_path, {"experiment": {"max_attempts": 5, "max_episode_retries": 1}}
+    )
 
 
 def test_missing_required_and_models_list(tmp_path: Path) -> None:
@@ -106,10 +120,15 @@ def test_missing_files_and_bad_yaml(tmp_path: Path) -> None:
 
 def test_additive_keys_accepted(tmp_path: Path) -> None:
     small_splits(tmp_path)
-    path = write_config(tmp_path, overrides={
-        "experiment": {"max_attempts": 4, "max_total_attempts": 6},
-        "environment": {"max_connections": 8}, "model": {"max_connections": 16},
-        "prompt": {"language": "en"}})
+    path = write_config(
+        tmp_path,
+        overrides={
+            "experiment": {"max_attempts": 4, "max_total_attempts": 6},
+            "environment": {"max_connections": 8},
+            "model": {"max_connections": 16},
+            "prompt": {"language": "en"},
+        },
+    )
     config = load_config(path)
     assert config.experiment.attempts_per_invocation == 4 and config.experiment.max_total_attempts == 6
     assert config.environment.max_connections == 8 and config.model.max_connections == 16
@@ -117,20 +136,11 @@ def test_additive_keys_accepted(tmp_path: Path) -> None:
 
 def test_dotenv_rules_never_override(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
-    env_file.write_bytes("\ufeff# comment\n\nexport A_KEY = \"quoted value\" \nB_KEY='x'\nnoequals\nC_KEY=plain\n".encode("utf-8"))
+    env_file.write_bytes(
+        "\ufeff# comment\n\nexport A_KEY = \"quoted value\" \nB_KEY='x'\nnoequals\nC_KEY=plain\n".encode("utf-8")
+    )
     assert parse_dotenv(env_file) == {"A_KEY": "quoted value", "B_KEY": "x", "C_KEY": "plain"}
     environ = {"C_KEY": "from-shell"}
     applied = apply_dotenv(env_file, environ)
     assert environ == {"A_KEY": "quoted value", "B_KEY": "x", "C_KEY": "from-shell"}
     assert applied == ["A_KEY", "B_KEY"]
-
-
-def test_with_overrides_revalidates(tmp_path: Path) -> None:
-    small_splits(tmp_path)
-    config = load_config(write_config(tmp_path, overrides={"experiment": {"max_attempts": 2}}))
-    other = config.with_overrides({"experiment": {"name": "ckpt 7", "output_dir": "suite"}, "model": {"checkpoint_id": "ckpt-7"}})
-    assert other.run_dir == tmp_path / "suite" / "ckpt-7" and other.model.checkpoint_id == "ckpt-7"
-    assert other.split_file_path == config.split_file_path and other.experiment.attempts_per_invocation == 2
-    assert config.model.checkpoint_id is None  # the original is untouched
-    with pytest.raises(ConfigError, match="model.temperature: must be <= 2"):
-        config.with_overrides({"model": {"temperature": 9}})

@@ -7,10 +7,10 @@ import json
 
 import httpx
 import pytest
+from test_episode_fakes import LEASE, FakeShop
 
 from shopsimrl_core import LeaseError, ShopSimulatorClient, ShopSimulatorError
 from shopsimrl_core.adapters._environment import sanitize_payload
-from test_episode_fakes import LEASE, FakeShop
 
 
 def client(handler, **kwargs) -> ShopSimulatorClient:
@@ -36,7 +36,13 @@ def test_requests_follow_the_contract_and_lease_is_released():
             assert not session.holds_lease
     run(go())
     assert shop.requests == [
-        {"action": "reset", "idx": 19, "if_persona": False, "include_private_goal": False, "interaction_mode": "single_turn"},
+        {
+            "action": "reset",
+            "idx": 19,
+            "if_persona": False,
+            "include_private_goal": False,
+            "interaction_mode": "single_turn",
+        },
         {"action": "interact", "env_idx": 3, "lease_id": LEASE, "response": "search[围巾]"},
         {"action": "terminate", "env_idx": 3, "lease_id": LEASE, "termination_reason": "action_limit"},
         {"action": "release_one", "env_idx": 3, "lease_id": LEASE},
@@ -45,23 +51,34 @@ def test_requests_follow_the_contract_and_lease_is_released():
 
 def test_identity_and_url():
     env = client(FakeShop(), persona=True)
-    assert env.identity == {"adapter": "shopsimulator_http", "base_url": "http://env.test", "persona": True,
-                            "interaction_mode": "single_turn"}
+    assert env.identity == {
+        "adapter": "shopsimulator_http",
+        "base_url": "http://env.test",
+        "persona": True,
+        "interaction_mode": "single_turn",
+    }
     assert env.url == "http://env.test/api/shop_agent"
 
 
 def test_reset_has_no_read_timeout_other_calls_do():
     env = ShopSimulatorClient(base_url="http://x", persona=True, timeout=7.0)
     step, reset = env._clients()
-    assert reset.timeout.read is None and reset.timeout.connect == 7.0
-    assert step.timeout.read == 7.0
+    assert reset.read_timeout is None and reset.timeout == 7.0
+    assert step.read_timeout == 7.0 and step.timeout == 7.0
     assert step.trust_env is False and reset.trust_env is False
+    assert type(step).__name__ == "AiohttpEngine" and step is not reset  # two pools
     run(env.aclose())
 
 
 def test_sanitize_removes_lease_and_private_reset_keys():
-    payload = {"env_idx": 1, "lease_id": "x", "observation": "o", "private_task_instruction": "s", "goal_options": [],
-               "reason_key": None}
+    payload = {
+        "env_idx": 1,
+        "lease_id": "x",
+        "observation": "o",
+        "private_task_instruction": "s",
+        "goal_options": [],
+        "reason_key": None,
+    }
     assert sanitize_payload(payload, reset=True) == {"observation": "o"}
     assert sanitize_payload({"env_idx": 1, "lease_id": "x", "goal": {"a": 1}}) == {"goal": {"a": 1}}
 
@@ -76,14 +93,28 @@ async def _one(shop, body: str = "search[x]", **kwargs):
 @pytest.mark.parametrize(
     ("response", "error", "match"),
     [
-        (httpx.Response(200, json={"result": {"error": "No JSON data provided"}}), ShopSimulatorError, "No JSON data provided"),
-        (httpx.Response(500, json={"result": {"error": "episode is already terminated; reset before stepping"}}),
-         ShopSimulatorError, "HTTP 500: episode is already terminated"),
-        (httpx.Response(409, json={"result": {"error": "stale or invalid lease for environment 3"}}), LeaseError, "409"),
+        (
+            httpx.Response(200, json={"result": {"error": "No JSON data provided"}}),
+            ShopSimulatorError,
+            "No JSON data provided",
+        ),
+        (
+            httpx.Response(500, json={"result": {"error": "episode is already terminated; reset before stepping"}}),
+            ShopSimulatorError,
+            "HTTP 500: episode is already terminated",
+        ),
+        (
+            httpx.Response(409, json={"result": {"error": "stale or invalid lease for environment 3"}}),
+            LeaseError,
+            "409",
+        ),
         (httpx.Response(200, text="not json"), ShopSimulatorError, "no result object"),
         (httpx.Response(200, json={"result": {"observation": 5}}), ShopSimulatorError, "no string observation"),
-        (httpx.Response(200, json={"result": {"observation": "o", "observation_state": {}}}), ShopSimulatorError,
-         "observation_version"),
+        (
+            httpx.Response(200, json={"result": {"observation": "o", "observation_state": {}}}),
+            ShopSimulatorError,
+            "observation_version",
+        ),
     ],
 )
 def test_interact_errors(response, error, match):
@@ -111,9 +142,21 @@ def test_interact_is_never_retried_on_transport_error():
 
 
 def test_terminate_checks_reason_and_echo():
-    shop = FakeShop(fail={"terminate": httpx.Response(200, json={"result": {
-        "done": True, "observation": "o", "observation_state": {"observation_version": "shopping-observation-v7"},
-        "termination_reason": "action_limit"}})})
+    shop = FakeShop(
+        fail={
+            "terminate": httpx.Response(
+                200,
+                json={
+                    "result": {
+                        "done": True,
+                        "observation": "o",
+                        "observation_state": {"observation_version": "shopping-observation-v7"},
+                        "termination_reason": "action_limit",
+                    }
+                },
+            )
+        }
+    )
 
     async def go():
         async with client(shop) as env, env.session() as session:
@@ -122,6 +165,7 @@ def test_terminate_checks_reason_and_echo():
                 await session.terminate("finish")
             with pytest.raises(ShopSimulatorError, match="echoed termination_reason 'action_limit'"):
                 await session.terminate("generation_length")
+
     run(go())
 
 
@@ -133,6 +177,7 @@ def test_one_lease_per_session_and_calls_need_a_lease():
             await session.reset(1)
             with pytest.raises(ShopSimulatorError, match="already holds a lease"):
                 await session.reset(2)
+
     run(go())
 
 
@@ -145,6 +190,7 @@ def test_release_409_is_ignored_and_close_is_idempotent():
             await session.reset(1)
             await session.close()
             await session.close()
+
     run(go())
     assert [r["action"] for r in shop.requests] == ["reset", "release_one"]
 
@@ -156,12 +202,15 @@ def test_release_error_other_than_409_is_raised():
             await session.reset(1)
             with pytest.raises(ShopSimulatorError, match="release_one failed with HTTP 500"):
                 await session.close()
+
     run(go())
 
 
 def test_environment_version_pinning():
     shop = FakeShop()
-    with pytest.raises(ShopSimulatorError, match="environment_version 'shopsimulator-paper-aligned-v8' is not supported"):
+    with pytest.raises(
+        ShopSimulatorError, match="environment_version 'shopsimulator-paper-aligned-v8' is not supported"
+    ):
         run(_one(shop, expected_environment_versions={"other-v1"}))
     assert shop.requests[-1]["action"] == "release_one"
     # an empty collection switches the observation-version check off
@@ -180,6 +229,7 @@ def test_health_and_closed_client():
         await env.aclose()
         with pytest.raises(RuntimeError, match="closed"):
             await env.health()
+
     run(go())
 
 

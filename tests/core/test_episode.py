@@ -8,12 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+from test_episode_fakes import BUY_SCRIPT, FakeShop, ScriptedModel, reply, tool_call
 
 from shopsimrl_core import EpisodeJob, EpisodeSettings, JsonSkillBank, NoSkills, load_prompt, run_episode
 from shopsimrl_core.adapters._environment import ShopSimulatorClient
 from shopsimrl_core.adapters._model import ChatModelClient
 from shopsimrl_core.episode._trace import is_complete, validate_trace
-from test_episode_fakes import BUY_SCRIPT, FakeShop, ScriptedModel, reply, tool_call
 
 JOB = EpisodeJob(task_id=19, sample_id=0, seed=2694671387, split="val")
 PROMPT = load_prompt()
@@ -43,8 +43,22 @@ def test_purchase_episode_completes_with_full_trace():
     record = run(shop, model)
     validate_trace(record)
     assert is_complete(record) and record["error"] is None
-    assert list(record)[:14] == ["schema_version", "episode_id", "status", "job", "provenance", "started_at", "ended_at",
-                                 "duration_ms", "reset", "selected_skills", "conversation", "steps", "final", "error"]
+    assert list(record)[:14] == [
+        "schema_version",
+        "episode_id",
+        "status",
+        "job",
+        "provenance",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+        "reset",
+        "selected_skills",
+        "conversation",
+        "steps",
+        "final",
+        "error",
+    ]
     assert record["episode_id"] == "task-000019__sample-000"
     assert record["job"] == {"task_id": 19, "sample_id": 0, "seed": 2694671387, "split": "val"}
     # per-call seeds seed, seed+1, ...
@@ -53,12 +67,25 @@ def test_purchase_episode_completes_with_full_trace():
     # dynamic tools: home page offers only search; click enum equals the page's actions
     first_tools = model.requests[0]["tools"]
     assert [t["function"]["name"] for t in first_tools] == ["search"]
-    assert model.requests[1]["tools"][0]["function"]["parameters"]["properties"]["value"]["enum"] == ["back to search", "p1"]
-    assert [s["action"] for s in record["steps"]] == ["search[白色 围巾]", "click[p1]", "click[颜色=白]", "click[buy now]"]
+    assert model.requests[1]["tools"][0]["function"]["parameters"]["properties"]["value"]["enum"] == [
+        "back to search",
+        "p1",
+    ]
+    assert [s["action"] for s in record["steps"]] == [
+        "search[白色 围巾]",
+        "click[p1]",
+        "click[颜色=白]",
+        "click[buy now]",
+    ]
     assert shop.actions_of("interact") == ["search[白色 围巾]", "click[p1]", "click[颜色=白]", "click[buy now]"]
     # private goal never requested; lease fields and private reset keys never stored
-    assert shop.requests[0] == {"action": "reset", "idx": 19, "if_persona": True, "include_private_goal": False,
-                                "interaction_mode": "single_turn"}
+    assert shop.requests[0] == {
+        "action": "reset",
+        "idx": 19,
+        "if_persona": True,
+        "include_private_goal": False,
+        "interaction_mode": "single_turn",
+    }
     assert not leaked_lease_fields(record)
     assert shop.requests[-1]["action"] == "release_one"
     # conversation: system, user, then assistant/tool pairs; reasoning is never replayed
@@ -67,23 +94,32 @@ def test_purchase_episode_completes_with_full_trace():
     assert conversation[1]["content"] == "购物任务：\n买一条白色围巾\n\n" + record["reset"]["observation"]
     assert '用户个人文档：\n{"性别": "女"}' in conversation[0]["content"]
     assert all("reasoning" not in json.dumps(m) and "reasoning_content" not in m for m in conversation)
-    assert conversation[2]["tool_calls"][0] == {"id": "call-1", "type": "function",
-                                                "function": {"name": "search", "arguments": '{"query": " 白色 围巾 "}'}}
+    assert conversation[2]["tool_calls"][0] == {
+        "id": "call-1",
+        "type": "function",
+        "function": {"name": "search", "arguments": '{"query": " 白色 围巾 "}'},
+    }
     assert conversation[-1] == {"role": "tool", "tool_call_id": "call-4", "content": "页面：terminal\n"}
     assert model.requests[3]["messages"] == conversation[:8]  # the full history is sent each turn
     # step records
     first = record["steps"][0]
     assert first["observation"] == conversation[1]["content"]
     assert first["model"]["reasoning"] == "想一想"
-    assert set(first["timing"]) == {"model_ms", "env_ms", "harness_ms"} and all(v >= 0 for v in first["timing"].values())
+    assert set(first["timing"]) == {"model_ms", "env_ms", "harness_ms"} and all(
+        v >= 0 for v in first["timing"].values()
+    )
     assert record["steps"][1]["observation"] == "页面：search_results\n"
     assert record["final"]["termination_reason"] == "purchase" and record["final"]["reward"] == 1.0
     assert record["steps"][-1]["environment"] == record["final"]
     # provenance
-    assert record["provenance"]["environment"] == {"adapter": "shopsimulator_http", "base_url": "http://env.test",
-                                                   "persona": True, "interaction_mode": "single_turn",
-                                                   "environment_version": "shopsimulator-paper-aligned-v8",
-                                                   "observation_version": "shopping-observation-v7"}
+    assert record["provenance"]["environment"] == {
+        "adapter": "shopsimulator_http",
+        "base_url": "http://env.test",
+        "persona": True,
+        "interaction_mode": "single_turn",
+        "environment_version": "shopsimulator-paper-aligned-v8",
+        "observation_version": "shopping-observation-v7",
+    }
     assert record["provenance"]["prompt"] == PROMPT.identity
     assert record["provenance"]["skills"] == {"provider": "none"}
     assert record["provenance"]["runtime"] == {"max_steps": 30, "action_protocol": PROMPT.action_protocol}
@@ -104,16 +140,27 @@ def test_mixed_content_repair_goes_to_tool_messages_and_uses_a_step():
     assert record["status"] == "completed" and len(record["steps"]) == 5
     bad = record["steps"][0]
     assert bad["action"] is None and bad["environment"] is None
-    assert bad["protocol_error"] == {"code": "mixed_content",
-                                     "message": "model must not mix natural-language content with an action tool call"}
+    assert bad["protocol_error"] == {
+        "code": "mixed_content",
+        "message": "model must not mix natural-language content with an action tool call",
+    }
     assert bad["model"]["protocol_error"] == bad["protocol_error"]
     assert bad["model"]["raw_response"]["choices"][0]["message"]["content"] == "我来搜索。"
-    assert bad["protocol_feedback"] == {"type": "tool_protocol_error", "code": "mixed_content",
-                                        "message": bad["protocol_error"]["message"],
-                                        "instruction": PROMPT.repair_instruction, "available_tools": ["search"]}
+    assert bad["protocol_feedback"] == {
+        "type": "tool_protocol_error",
+        "code": "mixed_content",
+        "message": bad["protocol_error"]["message"],
+        "instruction": PROMPT.repair_instruction,
+        "available_tools": ["search"],
+    }
     conversation = record["conversation"]
-    assert conversation[2] == {"role": "assistant", "content": "我来搜索。", "tool_calls": [
-        {"id": "call-1", "type": "function", "function": {"name": "search", "arguments": '{"query": "围巾"}'}}]}
+    assert conversation[2] == {
+        "role": "assistant",
+        "content": "我来搜索。",
+        "tool_calls": [
+            {"id": "call-1", "type": "function", "function": {"name": "search", "arguments": '{"query": "围巾"}'}}
+        ],
+    }
     assert conversation[3]["role"] == "tool" and conversation[3]["tool_call_id"] == "call-1"
     assert json.loads(conversation[3]["content"]) == bad["protocol_feedback"]
     assert conversation[3]["content"].startswith('{"type":"tool_protocol_error","code":"mixed_content"')
@@ -127,7 +174,10 @@ def test_text_only_turn_repairs_with_user_message():
     model = ScriptedModel(reply(content="Action: click[buy now]", finish_reason="stop"), *BUY_SCRIPT)
     record = run(FakeShop(), model)
     step = record["steps"][0]
-    assert step["protocol_error"] == {"code": "tool_call_count", "message": "model must return exactly one tool call, got 0"}
+    assert step["protocol_error"] == {
+        "code": "tool_call_count",
+        "message": "model must return exactly one tool call, got 0",
+    }
     conversation = record["conversation"]
     assert conversation[2] == {"role": "assistant", "content": "Action: click[buy now]"}
     assert conversation[3]["role"] == "user" and json.loads(conversation[3]["content"])["code"] == "tool_call_count"
@@ -141,7 +191,9 @@ def test_blank_turn_repairs_with_user_message_only():
 
 
 def test_two_calls_get_one_tool_feedback_each():
-    model = ScriptedModel(reply(tool_call("search", {"query": "a"}), tool_call("search", {"query": "b"}, "call-b")), *BUY_SCRIPT)
+    model = ScriptedModel(
+        reply(tool_call("search", {"query": "a"}), tool_call("search", {"query": "b"}, "call-b")), *BUY_SCRIPT
+    )
     record = run(FakeShop(), model)
     conversation = record["conversation"]
     assert [m["role"] for m in conversation[2:5]] == ["assistant", "tool", "tool"]
@@ -167,8 +219,10 @@ def test_bad_search_arguments_are_invalid_tool_arguments(call, message):
 def test_bad_click_arguments_are_invalid_tool_arguments():
     script = [BUY_SCRIPT[0], reply(tool_call("click", {"value": " "}, "c")), *BUY_SCRIPT[1:]]
     record = run(FakeShop(), ScriptedModel(*script))
-    assert record["steps"][1]["protocol_error"] == {"code": "invalid_tool_arguments",
-                                                    "message": "click value must be a non-empty string"}
+    assert record["steps"][1]["protocol_error"] == {
+        "code": "invalid_tool_arguments",
+        "message": "click value must be a non-empty string",
+    }
     script = [BUY_SCRIPT[0], reply(tool_call("click", {"value": "p1", "x": 1}, "c")), *BUY_SCRIPT[1:]]
     record = run(FakeShop(), ScriptedModel(*script))
     assert record["steps"][1]["protocol_error"]["message"] == "click tool requires exactly one value argument"
@@ -197,7 +251,9 @@ def test_step_limit_terminates_with_action_limit():
     validate_trace(record)
     assert record["status"] == "completed" and len(record["steps"]) == 2
     assert shop.actions_of("terminate") == ["action_limit"]
-    assert record["final"]["termination_reason"] == "action_limit" and record["final"]["reward_detail"]["r_strict"] == 0.0
+    assert (
+        record["final"]["termination_reason"] == "action_limit" and record["final"]["reward_detail"]["r_strict"] == 0.0
+    )
     assert record["provenance"]["runtime"]["max_steps"] == 2
 
 
@@ -216,8 +272,10 @@ def test_generation_length_completes_with_zero_reward_in_one_step():
     validate_trace(record)
     assert record["status"] == "completed" and len(record["steps"]) == 1 and len(model.requests) == 1
     step = record["steps"][0]
-    assert step["policy_failure"] == {"code": "generation_length",
-                                      "message": "model generation reached max_tokens before returning exactly one valid tool call"}
+    assert step["policy_failure"] == {
+        "code": "generation_length",
+        "message": "model generation reached max_tokens before returning exactly one valid tool call",
+    }
     assert step["action"] is None and step["environment"] is None and "protocol_error" not in step
     assert step["model"]["reasoning"] == "很长的思考"
     assert shop.actions_of("terminate") == ["generation_length"]
@@ -249,7 +307,9 @@ def test_environment_error_fails_at_environment_stage():
 
 
 def test_lease_lost_is_lease_error():
-    shop = FakeShop(fail={"interact": httpx.Response(409, json={"result": {"error": "stale or invalid lease for environment 3"}})})
+    shop = FakeShop(
+        fail={"interact": httpx.Response(409, json={"result": {"error": "stale or invalid lease for environment 3"}})}
+    )
     record = run(shop, ScriptedModel(*BUY_SCRIPT))
     assert record["error"]["type"] == "LeaseError" and record["status"] == "failed"
 
@@ -261,8 +321,10 @@ def test_release_409_is_ignored_and_other_release_errors_are_cleanup_errors():
     assert record["status"] == "completed" and is_complete(record)
     assert record["error"]["stage"] == "cleanup" and record["error"]["type"] == "CleanupError"
     assert record["error"]["message"].startswith("environment.close: ShopSimulatorError: ")
-    failed = run(FakeShop(release_status=500, fail={"interact": httpx.Response(500, json={"result": {"error": "x"}})}),
-                 ScriptedModel(*BUY_SCRIPT))
+    failed = run(
+        FakeShop(release_status=500, fail={"interact": httpx.Response(500, json={"result": {"error": "x"}})}),
+        ScriptedModel(*BUY_SCRIPT),
+    )
     assert failed["error"]["stage"] == "environment_step_1"
     assert failed["error"]["cleanup_errors"][0].startswith("environment.close: ShopSimulatorError")
 
@@ -306,10 +368,22 @@ def test_skills_see_only_the_public_context_and_land_in_the_system_prompt():
             seen.append(context)
             return super().select(context)
 
-    bank = {"skills": [{"skill_id": "chunk-a", "content": "先核对规格。", "version": "active-1"},
-                       {"skill_id": "only-5", "task_ids": [5], "content": "x"}]}
+    bank = {
+        "skills": [
+            {"skill_id": "chunk-a", "content": "先核对规格。", "version": "active-1"},
+            {"skill_id": "only-5", "task_ids": [5], "content": "x"},
+        ]
+    }
     record = run(FakeShop(), ScriptedModel(*BUY_SCRIPT), skills=Spy(bank))
-    assert set(seen[0]) == {"task_id", "sample_id", "split", "task_instruction", "user_persona", "observation_state", "task_mode"}
+    assert set(seen[0]) == {
+        "task_id",
+        "sample_id",
+        "split",
+        "task_instruction",
+        "user_persona",
+        "observation_state",
+        "task_mode",
+    }
     assert "SECRET" not in json.dumps(seen, ensure_ascii=False)
     assert [s["skill_id"] for s in record["selected_skills"]] == ["chunk-a"]
     assert '<skill id="chunk-a" version="active-1">\n先核对规格。\n</skill>' in record["conversation"][0]["content"]
@@ -326,13 +400,18 @@ def test_cancellation_releases_the_lease_and_propagates():
         raise AssertionError("unreachable")
 
     async def go():
-        async with ChatModelClient(base_url="http://m/v1", model="m", api_key_env=None,
-                                   transport=httpx.MockTransport(stuck_model)) as client, \
-                ShopSimulatorClient(base_url="http://env.test", persona=True, transport=httpx.MockTransport(shop)) as env:
-            settings = EpisodeSettings(max_steps=5, persona=True, model_identity=client.identity,
-                                       environment_identity=env.identity)
-            task = asyncio.create_task(run_episode(JOB, model=client, env=env, prompt=PROMPT, skills=NoSkills(),
-                                                   settings=settings))
+        async with (
+            ChatModelClient(
+                base_url="http://m/v1", model="m", api_key_env=None, transport=httpx.MockTransport(stuck_model)
+            ) as client,
+            ShopSimulatorClient(base_url="http://env.test", persona=True, transport=httpx.MockTransport(shop)) as env,
+        ):
+            settings = EpisodeSettings(
+                max_steps=5, persona=True, model_identity=client.identity, environment_identity=env.identity
+            )
+            task = asyncio.create_task(
+                run_episode(JOB, model=client, env=env, prompt=PROMPT, skills=NoSkills(), settings=settings)
+            )
             await started.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):

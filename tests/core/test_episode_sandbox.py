@@ -81,7 +81,9 @@ def test_baseline_policy_episodes_end_to_end(sandbox, stream):
                 assert step["action"][6:-1] in enum
         # conversation replays the assistant/tool pairs; the last tool message is the final page
         assert record["conversation"][-1]["role"] == "tool"
-        assert record["conversation"][-1]["content"] == final["observation"] or final["termination_reason"] != "purchase"
+        assert (
+            record["conversation"][-1]["content"] == final["observation"] or final["termination_reason"] != "purchase"
+        )
     assert sum(r["final"]["termination_reason"] == "purchase" for r in records) >= 1
     assert free_slots(sandbox.env_url) == sandbox.slots
 
@@ -89,8 +91,9 @@ def test_baseline_policy_episodes_end_to_end(sandbox, stream):
 def test_skills_reach_the_real_policy(sandbox):
     jobs = plan_jobs(split_ids(sandbox.split_file, "val")[:1], split="val", experiment_seed=1)
     bank = {"skills": [{"skill_id": "chunk-spec", "content": "先核对规格再购买。"}]}
-    record = asyncio.run(run_jobs(sandbox.env_url, sandbox.policy_url, sandbox.served_model, jobs,
-                                  skills=JsonSkillBank(bank)))[0]
+    record = asyncio.run(
+        run_jobs(sandbox.env_url, sandbox.policy_url, sandbox.served_model, jobs, skills=JsonSkillBank(bank))
+    )[0]
     assert is_complete(record)
     assert record["selected_skills"][0]["metadata"] == {"selection_scope": "global"}
     assert '<skill id="chunk-spec" version="1">' in record["conversation"][0]["content"]
@@ -110,8 +113,15 @@ def test_step_limit_terminates_on_the_real_server(sandbox):
 
 def test_generation_length_terminates_on_the_real_server(sandbox):
     def truncated(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"id": "r1", "choices": [{"index": 0, "finish_reason": "length",
-                                                                    "message": {"content": None, "reasoning_content": "…"}}]})
+        return httpx.Response(
+            200,
+            json={
+                "id": "r1",
+                "choices": [
+                    {"index": 0, "finish_reason": "length", "message": {"content": None, "reasoning_content": "…"}}
+                ],
+            },
+        )
 
     jobs = plan_jobs(split_ids(sandbox.split_file, "val")[:1], split="val", experiment_seed=3)
     record = asyncio.run(run_jobs(sandbox.env_url, None, None, jobs, model_transport=httpx.MockTransport(truncated)))[0]
@@ -127,7 +137,9 @@ def test_unknown_task_fails_at_reset_without_leaking_a_slot(sandbox):
     record = asyncio.run(run_jobs(sandbox.env_url, sandbox.policy_url, sandbox.served_model, jobs))[0]
     validate_trace(record)
     assert record["status"] == "failed" and record["error"]["stage"] == "reset"
-    assert record["error"]["type"] == "ShopSimulatorError" and "unknown or inactive task_id" in record["error"]["message"]
+    assert (
+        record["error"]["type"] == "ShopSimulatorError" and "unknown or inactive task_id" in record["error"]["message"]
+    )
     assert free_slots(sandbox.env_url) == sandbox.slots
 
 
@@ -141,7 +153,9 @@ def test_cancellation_releases_the_real_lease(sandbox):
 
     async def go():
         jobs = plan_jobs(split_ids(sandbox.split_file, "val")[:3], split="val", experiment_seed=5)
-        task = asyncio.create_task(run_jobs(sandbox.env_url, None, None, jobs, model_transport=httpx.MockTransport(stuck)))
+        task = asyncio.create_task(
+            run_jobs(sandbox.env_url, None, None, jobs, model_transport=httpx.MockTransport(stuck))
+        )
         await started.wait()
         await asyncio.sleep(0.05)
         assert free_slots(sandbox.env_url) < sandbox.slots  # leases are held while the model "thinks"
@@ -177,8 +191,11 @@ def test_faulty_policy_retries_and_repairs_over_real_http():
         codes = {s["protocol_error"]["code"] for r in records for s in r["steps"] if "protocol_error" in s}
         assert codes and codes <= {"tool_call_count", "invalid_arguments_json"}
         repaired = [r for r in records if any("protocol_error" in s for s in r["steps"])]
-        assert any(m["role"] in ("tool", "user") and m["content"].startswith('{"type":"tool_protocol_error"')
-                   for r in repaired for m in r["conversation"])
+        assert any(
+            m["role"] in ("tool", "user") and m["content"].startswith('{"type":"tool_protocol_error"')
+            for r in repaired
+            for m in r["conversation"]
+        )
         assert free_slots(server.env_url) == server.slots
 
 
@@ -190,7 +207,8 @@ def test_blocked_reset_does_not_starve_a_running_episode():
 
         async def go():
             return await asyncio.wait_for(
-                run_jobs(server.env_url, server.policy_url, server.served_model, jobs, max_connections=1), 120)
+                run_jobs(server.env_url, server.policy_url, server.served_model, jobs, max_connections=1), 120
+            )
 
         records = asyncio.run(go())
         assert all(is_complete(r) for r in records)
@@ -210,7 +228,9 @@ def test_cancelling_a_blocked_reset_does_not_leak_its_slot():
 
         async def go():
             jobs = plan_jobs(split_ids(server.split_file, "val")[:2], split="val", experiment_seed=5)
-            task = asyncio.create_task(run_jobs(server.env_url, None, None, jobs, model_transport=httpx.MockTransport(stuck)))
+            task = asyncio.create_task(
+                run_jobs(server.env_url, None, None, jobs, model_transport=httpx.MockTransport(stuck))
+            )
             await started.wait()
             await asyncio.sleep(0.2)  # the second episode's reset is now blocked in the server
             task.cancel()

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from testkit.core_runkit import FakeEpisodes, small_splits, write_config
 
-from core_runkit import FakeEpisodes, small_splits, write_config
 from shopsimrl_core import (
     ConfigError,
     FingerprintMismatch,
@@ -38,7 +38,14 @@ def test_run_completes_and_writes_the_run_directory(tmp_path: Path) -> None:
     events = []
     result = run_evaluation(_config(tmp_path), episode_fn=fake, progress=events.append)
     assert result.exit_code == 0 and result.counts["completed"] == 5 and result.counts["coverage"] == 1.0
-    assert sorted(p.name for p in result.run_dir.iterdir()) == ["invocations.jsonl", "manifest.json", "run.lock", "summary.json", "traces.jsonl"]
+    assert sorted(p.name for p in result.run_dir.iterdir()) == [
+        "invocations.jsonl",
+        "manifest.json",
+        "run.lock",
+        "summary.json",
+        "traces.index.jsonl",
+        "traces.jsonl",
+    ]
     manifest = json.loads(result.manifest_path.read_text(encoding="utf-8"))
     assert manifest["fingerprint_scheme"] == "semantic-v2" and manifest["execution"]["concurrency"] == 2
     lines = _lines(result.run_dir)
@@ -58,7 +65,7 @@ def test_attempt_cap_counts_per_invocation(tmp_path: Path) -> None:
     assert fake.calls.count("task-000019__sample-000") == 2
     second = run_evaluation(config, episode_fn=fake)  # a rerun retries incomplete episodes again
     assert second.resumed and second.exit_code == 0 and second.counts["failed"] == 0
-    numbers = [l["attempt"]["number"] for l in _lines(second.run_dir) if l["episode_id"] == "task-000019__sample-000"]
+    numbers = [r["attempt"]["number"] for r in _lines(second.run_dir) if r["episode_id"] == "task-000019__sample-000"]
     assert numbers == [1, 2, 3, 4]
     assert fake.calls.count("task-000020__sample-000") == 1  # complete episodes are not rerun
 
@@ -74,7 +81,7 @@ def test_lifetime_cap_and_cli_override(tmp_path: Path) -> None:
 def test_runtime_exception_becomes_boundary_record(tmp_path: Path) -> None:
     fake = FakeEpisodes({"task-000020__sample-000": ["raise", "ok"]})
     result = run_evaluation(_config(tmp_path), episode_fn=fake)
-    boundary = [l for l in _lines(result.run_dir) if l["status"] == "failed"]
+    boundary = [r for r in _lines(result.run_dir) if r["status"] == "failed"]
     assert len(boundary) == 1 and boundary[0]["error"]["stage"] == "evaluator_boundary"
     assert boundary[0]["error"]["type"] == "RuntimeError" and result.counts["completed"] == 5
 
@@ -112,7 +119,7 @@ def test_test_split_guard_writes_nothing_without_opt_in(tmp_path: Path) -> None:
     result = run_evaluation(config, episode_fn=fake, allow_test_split=True, opt_in_source="dagster-tag")
     manifest = json.loads(result.manifest_path.read_text(encoding="utf-8"))
     assert manifest["test_access"]["opted_in"] is True and manifest["test_access"]["source"] == "dagster-tag"
-    ledger = [json.loads(l) for l in config.test_access_ledger_path.read_text(encoding="utf-8").splitlines()]
+    ledger = [json.loads(line) for line in config.test_access_ledger_path.read_text(encoding="utf-8").splitlines()]
     assert len(ledger) == 1 and ledger[0]["split"]["task_ids_sha256"] and ledger[0]["skills"] == {"provider": "none"}
     # resuming the same directory is not a rerun
     run_evaluation(config, episode_fn=fake, allow_test_split=True)
@@ -164,7 +171,9 @@ def test_only_failed_reruns_failed_episodes_only(tmp_path: Path) -> None:
     # a new task appears only through replanning; --only-failed touches the failed one alone
     store = RunStore(config.run_dir)
     lines = (config.run_dir / "traces.jsonl").read_text(encoding="utf-8").splitlines()
-    (config.run_dir / "traces.jsonl").write_text("\n".join(l for l in lines if "task-000007" not in l) + "\n", encoding="utf-8")
+    (config.run_dir / "traces.jsonl").write_text(
+        "\n".join(line for line in lines if "task-000007" not in line) + "\n", encoding="utf-8"
+    )
     fake.calls.clear()
     result = run_evaluation(config, episode_fn=fake, only_failed=True)
     assert fake.calls == ["task-000002__sample-000"]

@@ -10,14 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from shopsimrl_core.adapters._model import (
-    GENERATION_LENGTH_MESSAGE,
-    ChatModelClient,
-    ModelRequestError,
-    backoff_delay,
-    validate_completion,
-)
+from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError, backoff_delay
 from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure, synthesised_call_id
+from shopsimrl_core.adapters._validation import GENERATION_LENGTH_MESSAGE, validate_completion
 
 SEARCH_TOOL = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
@@ -28,8 +23,12 @@ def call(name="search", arguments='{"query": "耳机"}', call_id="call-1"):
 
 
 def completion(message: dict[str, Any], finish_reason="tool_calls", **extra) -> dict[str, Any]:
-    body = {"id": "chatcmpl-1", "created": 17, "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+    body = {
+        "id": "chatcmpl-1",
+        "created": 17,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+    }
     body.update(extra)
     return body
 
@@ -55,8 +54,14 @@ class Recorder:
 
 
 def make_client(handler, **kwargs) -> ChatModelClient:
-    settings = dict(base_url="http://model.test/v1/", model="m", api_key_env=None, retry_backoff_seconds=0.0,
-                    max_retries=3, transport=httpx.MockTransport(handler))
+    settings = dict(
+        base_url="http://model.test/v1/",
+        model="m",
+        api_key_env=None,
+        retry_backoff_seconds=0.0,
+        max_retries=3,
+        transport=httpx.MockTransport(handler),
+    )
     settings.update(kwargs)
     client = ChatModelClient(**settings)
     sleeps: list[float] = []
@@ -83,12 +88,29 @@ async def complete(client: ChatModelClient, tools=SEARCH_TOOL, seed=None):
 
 def test_request_body_order_extra_body_top_p_seed_tools():
     rec = Recorder(httpx.Response(200, json=completion({"content": None, "tool_calls": [call()]})))
-    client = make_client(rec, temperature=0.6, max_tokens=4096, top_p=1.0, send_seed=True,
-                         extra_body={"enable_thinking": True, "top_p": 0.1, "top_k": 20})
+    client = make_client(
+        rec,
+        temperature=0.6,
+        max_tokens=4096,
+        top_p=1.0,
+        send_seed=True,
+        extra_body={"enable_thinking": True, "top_p": 0.1, "top_k": 20},
+    )
     out = run(complete(client, seed=2694671389))
     body = rec.bodies()[0]
-    assert list(body) == ["model", "messages", "stream", "temperature", "max_tokens", "enable_thinking", "top_p",
-                          "top_k", "seed", "tools", "tool_choice"]
+    assert list(body) == [
+        "model",
+        "messages",
+        "stream",
+        "temperature",
+        "max_tokens",
+        "enable_thinking",
+        "top_p",
+        "top_k",
+        "seed",
+        "tools",
+        "tool_choice",
+    ]
     assert body["top_p"] == 1.0 and body["seed"] == 2694671389 and body["stream"] is False
     assert body["tool_choice"] == "auto" and body["messages"] == MESSAGES
     assert str(rec.requests[0].url) == "http://model.test/v1/chat/completions"
@@ -165,8 +187,12 @@ def test_backoff_formula():
 
 @pytest.mark.parametrize(
     "exc",
-    [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("broken chunk"),
-     httpx.ReadError("reset")],
+    [
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.RemoteProtocolError("broken chunk"),
+        httpx.ReadError("reset"),
+    ],
 )
 def test_transport_errors_are_retried(exc):
     rec = Recorder(exc, httpx.Response(200, json=completion({"tool_calls": [call()]})))
@@ -191,16 +217,30 @@ def test_closed_client_refuses():
 
 
 def test_latency_and_usage_captured():
-    rec = Recorder(httpx.Response(200, json=completion({"tool_calls": [call()]}, system_fingerprint="fp", service_tier="x")))
+    rec = Recorder(
+        httpx.Response(200, json=completion({"tool_calls": [call()]}, system_fingerprint="fp", service_tier="x"))
+    )
     out = run(complete(make_client(rec)))
     assert out.latency_ms >= 0 and out.usage["total_tokens"] == 7
     assert out.metadata == {"created": 17, "system_fingerprint": "fp", "service_tier": "x"}
     record = out.to_dict()
-    assert list(record) == ["content", "reasoning", "tool_calls", "finish_reason", "usage", "response_id", "metadata",
-                            "latency_ms", "protocol_error", "policy_failure", "raw_response"]
+    assert list(record) == [
+        "content",
+        "reasoning",
+        "tool_calls",
+        "finish_reason",
+        "usage",
+        "response_id",
+        "metadata",
+        "latency_ms",
+        "protocol_error",
+        "policy_failure",
+        "raw_response",
+    ]
     assert record["raw_response"] is None and record["response_id"] == "chatcmpl-1"
-    assert record["tool_calls"] == [{"call_id": "call-1", "name": "search", "arguments": {"query": "耳机"},
-                                     "raw_arguments": '{"query": "耳机"}'}]
+    assert record["tool_calls"] == [
+        {"call_id": "call-1", "name": "search", "arguments": {"query": "耳机"}, "raw_arguments": '{"query": "耳机"}'}
+    ]
 
 
 # -- validation (§7.3): every adapter code -----------------------------------------------------
@@ -215,19 +255,55 @@ CASES = [
     ({"choices": [{"message": "x"}]}, "invalid_message", "model response choice has no message object"),
     (completion({"tool_calls": {"a": 1}}), "invalid_tool_calls", "model tool_calls must be a list"),
     (completion({"tool_calls": [1]}), "invalid_tool_call", "model returned an invalid function tool call"),
-    (completion({"tool_calls": [{**call(), "type": "tool"}]}), "invalid_tool_call", "model returned an invalid function tool call"),
-    (completion({"tool_calls": [{"id": "c", "type": "function", "function": "x"}]}), "missing_function", "tool call has no function object"),
+    (
+        completion({"tool_calls": [{**call(), "type": "tool"}]}),
+        "invalid_tool_call",
+        "model returned an invalid function tool call",
+    ),
+    (
+        completion({"tool_calls": [{"id": "c", "type": "function", "function": "x"}]}),
+        "missing_function",
+        "tool call has no function object",
+    ),
     (completion({"tool_calls": [call(call_id="")]}), "missing_tool_call_id", "tool call has no id"),
     (completion({"tool_calls": [call(name="")]}), "missing_tool_name", "tool call has no function name"),
-    (completion({"tool_calls": [{"id": "c", "type": "function", "function": {"name": "search", "arguments": {"query": "x"}}}]}),
-     "invalid_arguments_type", "tool call arguments must be a JSON string"),
-    (completion({"tool_calls": [call(arguments='{"query": ')]}), "invalid_arguments_json", "tool call arguments are not valid JSON: "),
-    (completion({"tool_calls": [call(arguments='["x"]')]}), "invalid_arguments_object", "tool call arguments must decode to an object"),
+    (
+        completion(
+            {
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "search", "arguments": {"query": "x"}}}
+                ]
+            }
+        ),
+        "invalid_arguments_type",
+        "tool call arguments must be a JSON string",
+    ),
+    (
+        completion({"tool_calls": [call(arguments='{"query": ')]}),
+        "invalid_arguments_json",
+        "tool call arguments are not valid JSON: ",
+    ),
+    (
+        completion({"tool_calls": [call(arguments='["x"]')]}),
+        "invalid_arguments_object",
+        "tool call arguments must decode to an object",
+    ),
     (completion({"tool_calls": [call(name="finish")]}), "unavailable_tool", "model called unavailable tool: finish"),
-    (completion({"tool_calls": [call(), call(call_id="c2")]}), "tool_call_count", "model must return exactly one tool call, got 2"),
-    (completion({"content": "Action: click[buy now]"}, finish_reason="stop"), "tool_call_count", "model must return exactly one tool call, got 0"),
-    (completion({"content": "我选米白色。", "tool_calls": [call()]}), "mixed_content",
-     "model must not mix natural-language content with an action tool call"),
+    (
+        completion({"tool_calls": [call(), call(call_id="c2")]}),
+        "tool_call_count",
+        "model must return exactly one tool call, got 2",
+    ),
+    (
+        completion({"content": "Action: click[buy now]"}, finish_reason="stop"),
+        "tool_call_count",
+        "model must return exactly one tool call, got 0",
+    ),
+    (
+        completion({"content": "我选米白色。", "tool_calls": [call()]}),
+        "mixed_content",
+        "model must not mix natural-language content with an action tool call",
+    ),
 ]
 
 
@@ -249,7 +325,9 @@ def test_empty_response_without_tools():
 
 
 def test_calls_parsed_before_failure_are_kept_and_unavailable_call_included():
-    out = validate_completion(completion({"tool_calls": [call(), call(name="nope", call_id="c2"), call(call_id="c3")]}), ["search"])
+    out = validate_completion(
+        completion({"tool_calls": [call(), call(name="nope", call_id="c2"), call(call_id="c3")]}), ["search"]
+    )
     assert out.protocol_error["code"] == "unavailable_tool"
     assert [c["call_id"] for c in out.tool_calls] == ["call-1", "c2"]
     out = validate_completion(completion({"tool_calls": [call(), call(arguments="{", call_id="c2")]}), ["search"])
@@ -257,12 +335,16 @@ def test_calls_parsed_before_failure_are_kept_and_unavailable_call_included():
 
 
 def test_generation_length_is_the_policy_failure():
-    out = validate_completion(completion({"content": None, "reasoning_content": "long…"}, finish_reason="length"), OFFERED)
+    out = validate_completion(
+        completion({"content": None, "reasoning_content": "long…"}, finish_reason="length"), OFFERED
+    )
     assert out.protocol_error is None
     assert out.policy_failure == {"code": "generation_length", "message": GENERATION_LENGTH_MESSAGE}
     assert out.reasoning == "long…"
     # truncated with invalid partial arguments: protocol error, not policy failure
-    out = validate_completion(completion({"tool_calls": [call(arguments='{"query": "耳')]}, finish_reason="length"), OFFERED)
+    out = validate_completion(
+        completion({"tool_calls": [call(arguments='{"query": "耳')]}, finish_reason="length"), OFFERED
+    )
     assert out.protocol_error["code"] == "invalid_arguments_json" and out.policy_failure is None
     # truncated with exactly one valid call: accepted
     out = validate_completion(completion({"tool_calls": [call()]}, finish_reason="length"), OFFERED)
@@ -273,8 +355,10 @@ def test_generation_length_is_the_policy_failure():
 
 
 def test_content_parts_and_reasoning_fallback():
-    out = validate_completion(completion({"content": [{"type": "text", "text": "a"}, {"text": "b"}], "reasoning": "r"},
-                                         finish_reason="stop"), [])
+    out = validate_completion(
+        completion({"content": [{"type": "text", "text": "a"}, {"text": "b"}], "reasoning": "r"}, finish_reason="stop"),
+        [],
+    )
     assert out.content == "ab" and out.reasoning == "r" and out.protocol_error is None
     out = validate_completion(completion({"content": 42}, finish_reason="stop"), [])
     assert out.content == "42"
@@ -295,11 +379,37 @@ def sse(*events, done=True) -> bytes:
 
 
 FRAGMENTED = [
-    {"id": "chatcmpl-9", "created": 1, "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "想"}}]},
+    {
+        "id": "chatcmpl-9",
+        "created": 1,
+        "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "想"}}],
+    },
     {"id": "other", "choices": [{"index": 0, "delta": {"reasoning_content": "一想"}}]},
-    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call-s1", "type": "function",
-                                                        "function": {"name": "sea", "arguments": '{"que'}}]}}]},
-    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "rch", "arguments": 'ry": "耳机"}'}}]}}]},
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call-s1",
+                            "type": "function",
+                            "function": {"name": "sea", "arguments": '{"que'},
+                        }
+                    ]
+                },
+            }
+        ]
+    },
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"name": "rch", "arguments": 'ry": "耳机"}'}}]},
+            }
+        ]
+    },
     {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": {"total_tokens": 1}},
     {"choices": [], "usage": {"total_tokens": 9}, "system_fingerprint": "fp"},
 ]
@@ -310,8 +420,9 @@ def test_fragmented_stream_is_assembled():
     out = run(complete(make_client(rec, stream=True)))
     assert rec.bodies()[0]["stream"] is True
     assert out.protocol_error is None
-    assert out.tool_calls == [{"call_id": "call-s1", "name": "search", "arguments": {"query": "耳机"},
-                               "raw_arguments": '{"query": "耳机"}'}]
+    assert out.tool_calls == [
+        {"call_id": "call-s1", "name": "search", "arguments": {"query": "耳机"}, "raw_arguments": '{"query": "耳机"}'}
+    ]
     assert out.reasoning == "想一想" and out.content is None
     assert out.response_id == "chatcmpl-9" and out.usage == {"total_tokens": 9}
     assert out.finish_reason == "tool_calls" and out.metadata == {"created": 1, "system_fingerprint": "fp"}
@@ -319,7 +430,18 @@ def test_fragmented_stream_is_assembled():
 
 def test_stream_without_id_gets_synthesised_call_id():
     events = [
-        {"id": "resp-1", "choices": [{"delta": {"tool_calls": [{"type": "function", "function": {"name": "click", "arguments": '{"value": "米白"}'}}]}}]},
+        {
+            "id": "resp-1",
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [
+                            {"type": "function", "function": {"name": "click", "arguments": '{"value": "米白"}'}}
+                        ]
+                    }
+                }
+            ],
+        },
         {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
     ]
     assembler = StreamAssembler()
@@ -336,7 +458,13 @@ def test_stream_without_id_gets_synthesised_call_id():
 
 @pytest.mark.parametrize(
     "payload",
-    [sse(FRAGMENTED[0], done=False), sse(done=True), sse("[1, 2]"), sse({"error": {"message": "oom"}}), sse("{not json")],
+    [
+        sse(FRAGMENTED[0], done=False),
+        sse(done=True),
+        sse("[1, 2]"),
+        sse({"error": {"message": "oom"}}),
+        sse("{not json"),
+    ],
     ids=["no-done", "no-data", "non-object", "error-event", "non-json"],
 )
 def test_broken_stream_is_retried_from_scratch(payload):
@@ -363,7 +491,10 @@ def test_stream_status_errors_follow_the_retry_table():
 
 
 def test_stream_text_only_and_length_policy():
-    events = [{"id": "r", "choices": [{"delta": {"content": ""}}]}, {"choices": [{"delta": {}, "finish_reason": "length"}]}]
+    events = [
+        {"id": "r", "choices": [{"delta": {"content": ""}}]},
+        {"choices": [{"delta": {}, "finish_reason": "length"}]},
+    ]
     rec = Recorder(httpx.Response(200, content=sse(*events)))
     out = run(complete(make_client(rec, stream=True)))
     assert out.content is None  # "" becomes null
@@ -374,3 +505,111 @@ def test_stream_text_only_and_length_policy():
 def test_stream_assembler_requires_done_and_data():
     with pytest.raises(StreamFailure):
         StreamAssembler().body()
+
+
+# -- request encoding and the JSON codec (orjson with the stdlib's behaviour) ----------------------
+
+from shopsimrl_core.adapters._conversation import Conversation  # noqa: E402
+from shopsimrl_core.adapters._http import StreamReply, loads  # noqa: E402
+
+CLICK_TOOL = [
+    {
+        "type": "function",
+        "function": {
+            "name": "click",
+            "parameters": {
+                "type": "object",
+                "properties": {"value": {"type": "string", "enum": ["白色 500ml", "buy now", "back to search"]}},
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"top_p": 0.9, "extra_body": {"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}}},
+        {"extra_body": {"model": "shadowed", "messages": [], "stream": True}},  # extra_body may shadow anything
+        {"send_seed": False, "tool_choice": "required"},
+    ],
+)
+def test_encoded_body_is_the_built_body_in_the_same_key_order(settings):
+    client = ChatModelClient(base_url="http://m/v1", model="模型-1", api_key_env=None, **settings)
+    messages = Conversation([{"role": "system", "content": '系统\n"引号" \\ 斜杠'}, {"role": "user", "content": "u"}])
+    for seed, tools in ((7, SEARCH_TOOL), (2**70, CLICK_TOOL), (None, None)):
+        encoded = client.encode_body(messages, tools, seed)
+        built = client.build_body(list(messages), tools, seed)
+        assert json.loads(encoded) == built
+        assert list(json.loads(encoded)) == list(built)  # the contract's key order survives
+        messages.append({"role": "tool", "tool_call_id": "c", "content": "观察 " * 50})
+
+
+def test_conversation_keeps_encoded_messages_and_notices_replaced_entries():
+    messages = Conversation([{"role": "user", "content": "a"}])
+    first = messages.encoded()
+    kept = messages._sources[0]
+    messages.append({"role": "assistant", "content": None, "tool_calls": []})
+    assert json.loads(messages.encoded()) == list(messages)
+    assert messages._sources[0] is kept and messages._ends[0] == len(first) - 2  # the prefix was not encoded again
+    messages[0] = {"role": "user", "content": "b"}  # replaced, not edited in place: noticed
+    assert json.loads(messages.encoded()) == list(messages) and json.loads(first) == [{"role": "user", "content": "a"}]
+    del messages[1:]
+    assert json.loads(messages.encoded()) == [{"role": "user", "content": "b"}]
+    assert isinstance(messages, list) and json.dumps(messages) == json.dumps(list(messages))
+
+
+def test_non_finite_settings_are_written_as_the_stdlib_writes_them():
+    client = ChatModelClient(base_url="http://m/v1", model="m", api_key_env=None, extra_body={"penalty": float("nan")})
+    encoded = client.encode_body(MESSAGES, None, 1)
+    assert b'"penalty":NaN' in encoded  # orjson would have written null, changing the request's meaning
+    assert json.loads(encoded)["messages"] == MESSAGES
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1',
+        "NaN",
+        '{"a": NaN}',
+        "[1e400]",
+        '{"big": 123456789012345678901234567890}',
+        '"\\ud800"',
+        '\ufeff{"bom": true}',
+        "",
+        "  null  ",
+    ],
+)
+def test_loads_gives_the_stdlib_values_and_errors(text):
+    try:
+        expected: Any = ("ok", json.loads(text))
+    except json.JSONDecodeError as exc:
+        expected = ("error", str(exc))
+    try:
+        got: Any = ("ok", loads(text.encode("utf-8")) if not text.startswith("\ufeff") else loads(text))
+    except json.JSONDecodeError as exc:
+        got = ("error", str(exc))
+    assert repr(got) == repr(expected)
+
+
+def test_invalid_json_response_keeps_the_stdlib_message():
+    rec = Recorder(httpx.Response(200, content=b'{"choices": [1,'))
+    out = run(complete(make_client(rec)))
+    try:
+        json.loads('{"choices": [1,')
+    except json.JSONDecodeError as exc:
+        message = f"model response is not valid JSON: {exc}"
+    assert out.protocol_error == {"code": "invalid_json_response", "message": message}
+    assert out.raw_response == {"text": '{"choices": [1,'}
+
+
+def test_stream_lines_split_on_every_line_ending_across_chunks():
+    async def chunks():
+        for piece in (b"data: a\r", b"\ndata: \xe8\x80", b"\xb3\rdata: c\n\n", b"data: tail"):
+            yield piece
+
+    async def main():
+        return [line async for line in StreamReply(200, chunks(), "utf-8").lines()]
+
+    assert run(main()) == ["data: a", "data: 耳", "data: c", "", "data: tail"]

@@ -22,7 +22,7 @@ def _drive(listener) -> ProgressTracker:
 
 def test_counters() -> None:
     events = []
-    tracker = _drive(events.append)
+    _drive(events.append)
     last = events[-1]
     assert (last.kind, last.done, last.failed, last.attempts, last.failed_attempts) == ("finish", 2, 1, 3, 2)
     assert last.reward_mean == 0.75 and last.wave == 2
@@ -36,7 +36,12 @@ def test_plain_lines_off_a_tty() -> None:
         "[2/2] task-000003__sample-000 status=completed reward=0.5",
         "[1/1] task-000002__sample-000 status=failed reward=None",
     ]
-    assert err.getvalue().rstrip().splitlines()[-1].startswith("[################........] 2/3 done  1 failed  reward 0.750")
+    assert (
+        err.getvalue()
+        .rstrip()
+        .splitlines()[-1]
+        .startswith("[################........] 2/3 done  1 failed  reward 0.750")
+    )
 
 
 def test_single_updating_line_on_a_tty() -> None:

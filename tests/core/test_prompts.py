@@ -9,7 +9,6 @@ import pytest
 
 from shopsimrl_core import ConfigError, load_prompt
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core.episode._prompts import builtin_system_prompt, load_prompt_texts, repair_feedback_text
 from shopsimrl_core._versions import (
     ACTION_PROTOCOL,
     OWN_ACTION_PROTOCOL,
@@ -20,6 +19,7 @@ from shopsimrl_core._versions import (
     PROMPT_VERSION,
     SKILL_RENDERER_VERSION,
 )
+from shopsimrl_core.episode._prompts import builtin_system_prompt, load_prompt_texts, repair_feedback_text
 
 
 def test_builtin_prompt_carries_project_identity_not_legacy_strings():
@@ -38,7 +38,20 @@ def test_builtin_prompt_carries_project_identity_not_legacy_strings():
 
 def test_builtin_prompt_conveys_every_point_of_10_2():
     text = builtin_system_prompt("zh")
-    for needle in ("购物", "用户个人文档", "一次工具", "search", "原样复制", "规格轴", "完全符合", "新页面", "Thought", "JSON", "XML", "思考"):
+    for needle in (
+        "购物",
+        "用户个人文档",
+        "一次工具",
+        "search",
+        "原样复制",
+        "规格轴",
+        "完全符合",
+        "新页面",
+        "Thought",
+        "JSON",
+        "XML",
+        "思考",
+    ):
         assert needle in text, needle
     english = builtin_system_prompt("en")
     for needle in ("exactly one tool", "search", "copy", "every option axis", "fits completely", "new page", "Thought"):
@@ -148,7 +161,11 @@ def test_tool_schemas_follow_the_page():
     assert params["properties"]["query"]["minLength"] == 1
     results = prompt.tool_schemas(False, ["back to search", "next >", "640012345678"])
     assert [t["function"]["name"] for t in results] == ["click"]
-    assert results[0]["function"]["parameters"]["properties"]["value"]["enum"] == ["back to search", "next >", "640012345678"]
+    assert results[0]["function"]["parameters"]["properties"]["value"]["enum"] == [
+        "back to search",
+        "next >",
+        "640012345678",
+    ]
     both = prompt.tool_schemas(True, ["x"])
     assert [t["function"]["name"] for t in both] == ["search", "click"]
     assert prompt.tool_schemas(False, []) == []

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from shopsim_sandbox.testing import SandboxServer
@@ -19,6 +20,7 @@ from shopsim_sandbox.testing import SandboxServer
 EXE = [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
+@pytest.mark.slow
 def test_sigint_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     with SandboxServer(slots=4, latency_ms=250) as server:
         config = tmp_path / "slow.yaml"
@@ -29,7 +31,9 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path) -> None:
             "model": {"name": server.served_model, "base_url": server.policy_url, "api_key_env": None},
         }), encoding="utf-8")
         traces = tmp_path / "runs" / "slow" / "traces.jsonl"
-        proc = subprocess.Popen([*EXE, "run", "--progress", "none", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [*EXE, "run", "--progress", "none", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.monotonic() + 120  # a wait for progress, not an assertion on speed
         while time.monotonic() < deadline and proc.poll() is None:
             if traces.exists() and len(traces.read_bytes().splitlines()) >= 2:
@@ -52,7 +56,9 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path) -> None:
         assert json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["counts"]["requested"] == 12
         assert (run_dir / "run.lock").read_text() == ""
 
-        done = subprocess.run([*EXE, "run", "--progress", "none", str(config)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [*EXE, "run", "--progress", "none", str(config)], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         assert summary["counts"]["completed"] == 12

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 # The installed console script when present (what users type), else the module.
@@ -37,20 +38,21 @@ def _without_created_at(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.lstrip().startswith('"created_at"')]
 
 
+@pytest.mark.slow
 def test_run_then_summarize_reproduces_summary(tmp_path: Path, sandbox: Any) -> None:
     config = _config(tmp_path, sandbox)
     done = _run("run", "--progress", "lines", str(config))
     assert done.returncode in (0, 1), done.stderr
     run_dir = tmp_path / "runs" / "sandbox-val"
     assert done.stdout.splitlines()[0] == f"run={run_dir} episodes=8 model={sandbox.served_model}"
-    attempt_lines = [l for l in done.stdout.splitlines() if l.startswith("[")]
-    assert len(attempt_lines) >= 8 and all(" status=" in l and " reward=" in l for l in attempt_lines)
+    attempt_lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    assert len(attempt_lines) >= 8 and all(" status=" in line and " reward=" in line for line in attempt_lines)
     written = (run_dir / "summary.json").read_text(encoding="utf-8")
     summary = json.loads(written)
     assert summary["counts"]["requested"] == 8 and summary["counts"]["coverage"] <= 1.0
     assert summary["counts"]["completed"] == 8, summary["errors"]
 
-    traces = [json.loads(l) for l in (run_dir / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    traces = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
     first = traces[0]
     assert first["schema_version"] == "shopsimrl-episode-v4" and first["attempt"]["number"] == 1
     assert first["provenance"]["model"]["checkpoint_id"] == "sandbox-baseline"
@@ -64,6 +66,7 @@ def test_run_then_summarize_reproduces_summary(tmp_path: Path, sandbox: Any) -> 
     assert json.loads(again.stdout)["counts"] == summary["counts"]
 
 
+@pytest.mark.slow
 def test_resume_after_torn_tail_over_real_http(tmp_path: Path, sandbox: Any) -> None:
     config = _config(tmp_path, sandbox)
     assert _run("run", "--progress", "none", str(config)).returncode == 0
@@ -75,7 +78,7 @@ def test_resume_after_torn_tail_over_real_http(tmp_path: Path, sandbox: Any) -> 
     config = _config(tmp_path, sandbox, concurrency=2)
     done = _run("run", "--progress", "lines", str(config))
     assert done.returncode == 0, done.stderr
-    rerun = [l for l in done.stdout.splitlines() if l.startswith("[")]
+    rerun = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert len(rerun) == 1 and torn_id in rerun[0]
     records = []
     for raw in traces.read_bytes().splitlines():
@@ -87,4 +90,4 @@ def test_resume_after_torn_tail_over_real_http(tmp_path: Path, sandbox: Any) -> 
     summary = json.loads((traces.parent / "summary.json").read_text(encoding="utf-8"))
     assert summary["counts"]["completed"] == 8 and summary["counts"]["trace_files"] == 8
     invocations = (traces.parent / "invocations.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(l)["mode"] for l in invocations] == ["new", "resume"]
+    assert [json.loads(line)["mode"] for line in invocations] == ["new", "resume"]

@@ -11,26 +11,22 @@ import copy
 import hashlib
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from testkit.core_runkit import FakeEpisodes, record, small_splits, write_config
+from testkit.gatekit import make_bare_run  # noqa: E402
+from testkit.gatekit import write_config as write_gate_config  # noqa: E402
+from testkit.gatekit import write_split as write_gate_split  # noqa: E402
+from testkit.tracegen import make_trace, write_traces  # noqa: E402
 
-from core_runkit import FakeEpisodes, record, small_splits, write_config
 from shopsimrl_core import build_plan, load_config, run_evaluation, summarize_run
-from shopsimrl_core.cli._main import main as cli_main
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core.cli._main import main as cli_main
 from shopsimrl_core.runs._jobs import EpisodeJob, call_seed, episode_id, episode_seed, sample_task_ids
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "skills"))
-from gatekit import make_bare_run  # noqa: E402
-from gatekit import write_config as write_gate_config  # noqa: E402
-from gatekit import write_split as write_gate_split  # noqa: E402
-from tracegen import make_trace, write_traces  # noqa: E402
-
 
 # --------------------------------------------------------------------------- Hashing (§2)
 
@@ -123,14 +119,23 @@ def _rejections(traces: list[dict[str, Any]]) -> dict[str, tuple[list[dict[str, 
         "skills-in-bare": (_edit(traces, 0, _set("selected_skills", [{"skill_id": "chunk-x"}])), "carries skills"),
         "missing-provenance": (_edit(traces, 0, _set("provenance.runtime", _DROP)), "lacks provenance.runtime"),
         "checkpoint": (_edit(traces, 0, _set("provenance.model.checkpoint_id", "other")), "model provenance differs"),
-        "sampling": (_edit(traces, 0, lambda r: r["provenance"]["model"]["sampling"].update(temperature=0.7)),
-                     "model provenance differs"),
-        "prompt": (_edit(traces, 0, _set("provenance.prompt.system_prompt_sha256", "0" * 64)), "prompt/runtime provenance"),
+        "sampling": (
+            _edit(traces, 0, lambda r: r["provenance"]["model"]["sampling"].update(temperature=0.7)),
+            "model provenance differs",
+        ),
+        "prompt": (
+            _edit(traces, 0, _set("provenance.prompt.system_prompt_sha256", "0" * 64)),
+            "prompt/runtime provenance",
+        ),
         "runtime": (_edit(traces, 0, _set("provenance.runtime.max_steps", 5)), "prompt/runtime provenance"),
-        "environment": (_edit(traces, 0, _set("provenance.environment.base_url", "http://elsewhere")),
-                        "environment provenance differs"),
-        "environment-versions": (_edit(traces, 0, _set("provenance.environment.environment_version", "v9")),
-                                 "mixes environment versions"),
+        "environment": (
+            _edit(traces, 0, _set("provenance.environment.base_url", "http://elsewhere")),
+            "environment provenance differs",
+        ),
+        "environment-versions": (
+            _edit(traces, 0, _set("provenance.environment.environment_version", "v9")),
+            "mixes environment versions",
+        ),
         "nan": (_edit(traces, 0, _set("final.reward_detail.r_att", math.nan)), "must be a finite number"),
         "bool": (_edit(traces, 0, _set("final.reward_detail.r_success", True)), "must be a finite number"),
         "extra-component": (_edit(traces, 0, _set("final.reward_detail.r_extra", 0.5)), "different outcome key sets"),
@@ -138,10 +143,30 @@ def _rejections(traces: list[dict[str, Any]]) -> dict[str, tuple[list[dict[str, 
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "extra", "failed", "duplicate-completed", "task", "split", "seed",
-                                  "skills-in-bare", "missing-provenance", "checkpoint", "sampling", "prompt",
-                                  "runtime", "environment", "environment-versions", "nan", "bool",
-                                  "extra-component", "reward-not-r_strict"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "extra",
+        "failed",
+        "duplicate-completed",
+        "task",
+        "split",
+        "seed",
+        "skills-in-bare",
+        "missing-provenance",
+        "checkpoint",
+        "sampling",
+        "prompt",
+        "runtime",
+        "environment",
+        "environment-versions",
+        "nan",
+        "bool",
+        "extra-component",
+        "reward-not-r_strict",
+    ],
+)
 def test_paired_validation_rejects(tmp_path: Path, case: str) -> None:
     """§14.2–§14.4 (Appendix A "Paired validation"): each broken bare trace set is refused by name."""
     run, plan, traces = _bare(tmp_path)
@@ -165,9 +190,14 @@ def test_paired_validation_plan_mismatches_and_tolerances(tmp_path: Path) -> Non
     failed_first = [make_trace(19, split="val", status="failed")] + traces
     baseline = _preflight(run, gate, failed_first)
     assert baseline.digest["observations"] == 4
-    for path, value, where in [("model.checkpoint_id", "ck-2", "model"), ("model.sampling.temperature", 0.6, "model"),
-                               ("prompt.prompt_version", "other", "prompt"), ("environment.persona", False, "environment"),
-                               ("runtime.max_steps", 12, "runtime"), ("task_split.split_version", "v9", "task_split")]:
+    for path, value, where in [
+        ("model.checkpoint_id", "ck-2", "model"),
+        ("model.sampling.temperature", 0.6, "model"),
+        ("prompt.prompt_version", "other", "prompt"),
+        ("environment.persona", False, "environment"),
+        ("runtime.max_steps", 12, "runtime"),
+        ("task_split.split_version", "v9", "task_split"),
+    ]:
         other = copy.deepcopy(plan)
         _set(path, value)(other)
         with pytest.raises(SkillError, match=f"differs from the gate plan on {where}"):
@@ -183,7 +213,8 @@ def test_paired_validation_plan_mismatches_and_tolerances(tmp_path: Path) -> Non
 def test_paired_validation_pairing_checks_mask_order(tmp_path: Path) -> None:
     """§14.4 (Appendix A "Paired validation", mask mismatch): treated chunk IDs must equal the frozen
     assignment, order included; a matching pair gives Δ = treated − bare."""
-    from shopsimrl_core.skills._gate import build_assignments, pair_observations
+    from shopsimrl_core.skills._gate import pair_observations
+    from shopsimrl_core.skills._gate_a import build_assignments
 
     run, plan, traces = _bare(tmp_path)
     bare = {t["episode_id"]: t for t in traces}
@@ -252,10 +283,24 @@ def _seed_echo_transport(honour: bool) -> tuple[httpx.MockTransport, list[dict[s
         body = json.loads(request.content)
         bodies.append(body)
         token = body["seed"] if honour else len(bodies)
-        call = {"id": f"call-{len(bodies)}", "type": "function",
-                "function": {"name": "search", "arguments": json.dumps({"query": f"围巾 {token}"})}}
-        return httpx.Response(200, json={"id": f"r{len(bodies)}", "choices": [{"index": 0, "finish_reason": "tool_calls",
-                                         "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+        call = {
+            "id": f"call-{len(bodies)}",
+            "type": "function",
+            "function": {"name": "search", "arguments": json.dumps({"query": f"围巾 {token}"})},
+        }
+        return httpx.Response(
+            200,
+            json={
+                "id": f"r{len(bodies)}",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    }
+                ],
+            },
+        )
 
     return httpx.MockTransport(handler), bodies
 
@@ -297,8 +342,10 @@ def test_new_behaviour_plan_probe_seed_against_the_real_policy(
     """§22.10 over real loopback HTTP: the sandbox policy is seed-deterministic, so ``plan
     --probe-seed`` reports ``execution.seed_honoured: true`` and writes nothing."""
     small_splits(tmp_path)
-    path = write_config(tmp_path, overrides={"model": {"name": sandbox.served_model, "base_url": sandbox.policy_url,
-                                                       "temperature": 0.6}})
+    path = write_config(
+        tmp_path,
+        overrides={"model": {"name": sandbox.served_model, "base_url": sandbox.policy_url, "temperature": 0.6}},
+    )
     assert cli_main(["plan", "--brief", "--probe-seed", str(path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["execution"]["seed_honoured"] is True
@@ -309,23 +356,31 @@ def test_new_behaviour_plan_probe_seed_against_the_real_policy(
 def test_new_behaviour_sft_filter_defaults(tmp_path: Path) -> None:
     """§22.8 default filter: latest records only, completed, r_success == 1, non-guarded split (by
     name or by the run's test-access opt-in), no protocol-error or policy-failure steps."""
+    from testkit.core_runkit import manifest
+
     from shopsimrl_core.export._records import export_sft
 
     ok = make_trace(3, split="val")
     later_failed = make_trace(4, split="val", status="failed")
     run = tmp_path / "val-run"
-    write_traces(run / "traces.jsonl", [ok, make_trace(4, split="val"), later_failed,
-                                        make_trace(5, split="val", outcome="wrong_option")])
-    (run / "manifest.json").write_text(json.dumps({"plan_fingerprint": "fp", "plan": {}}), encoding="utf-8")
+    write_traces(
+        run / "traces.jsonl",
+        [ok, make_trace(4, split="val"), later_failed, make_trace(5, split="val", outcome="wrong_option")],
+    )
+    (run / "manifest.json").write_text(json.dumps(manifest("fp")), encoding="utf-8")
     out = tmp_path / "sft.jsonl"
     result = export_sft([run], out)
-    assert [json.loads(line)["episode_id"] for line in out.read_text(encoding="utf-8").splitlines()] == [ok["episode_id"]]
+    assert [json.loads(line)["episode_id"] for line in out.read_text(encoding="utf-8").splitlines()] == [
+        ok["episode_id"]
+    ]
     assert result.skipped == 2  # task 4: latest record failed; task 5: r_success 0
     # a guarded split under another name: the run's manifest carries the test-access opt-in
     held = tmp_path / "holdout-run"
     write_traces(held / "traces.jsonl", [make_trace(3, split="holdout")])
-    (held / "manifest.json").write_text(json.dumps({"plan_fingerprint": "fp", "plan": {"task_split": {"name": "holdout"}},
-                                                    "test_access": {"opted_in": True}}), encoding="utf-8")
+    (held / "manifest.json").write_text(
+        json.dumps(manifest("fp", plan={"task_split": {"name": "holdout"}}, test_access={"opted_in": True})),
+        encoding="utf-8",
+    )
     assert export_sft([held], tmp_path / "held.jsonl").records == 0
 
 
@@ -356,7 +411,9 @@ def test_runtime_model_and_environment_always_closed(tmp_path: Path, outcome: st
     config = _config(tmp_path, experiment={"max_episode_retries": 0})
 
     async def go() -> None:
-        task = asyncio.create_task(arun_evaluation(config, episode_fn=fake, model_transport=model_t, env_transport=env_t))
+        task = asyncio.create_task(
+            arun_evaluation(config, episode_fn=fake, model_transport=model_t, env_transport=env_t)
+        )
         if outcome == "hang":
             while "task-000019__sample-000" not in fake.calls:
                 await asyncio.sleep(0.01)
@@ -368,8 +425,9 @@ def test_runtime_model_and_environment_always_closed(tmp_path: Path, outcome: st
             asyncio.run(go())
     else:
         asyncio.run(go())
-    # the environment client keeps two pools (reset without read timeout, other calls) over one transport
-    assert model_t.closed == 1 and env_t.closed >= 1
+    # the environment client keeps two pools (reset without read timeout, other calls) over one
+    # transport, and each pool closes it exactly once
+    assert (model_t.closed, env_t.closed) == (1, 2)
 
 
 # --------------------------------------------------------------------------- §22.3 retry-failed
@@ -383,11 +441,22 @@ def test_new_behaviour_retry_failed_reruns_only_failed_over_real_http(
     import yaml
 
     data = {
-        "experiment": {"name": "retry", "output_dir": "runs", "seed": 20260830, "concurrency": 2, "max_episode_retries": 0},
+        "experiment": {
+            "name": "retry",
+            "output_dir": "runs",
+            "seed": 20260830,
+            "concurrency": 2,
+            "max_episode_retries": 0,
+        },
         "tasks": {"split_file": str(sandbox.split_file), "split": "val", "sample_size": 3},
         "environment": {"base_url": sandbox.env_url, "timeout": 30},
-        "model": {"name": sandbox.served_model, "base_url": sandbox.policy_url, "api_key_env": None,
-                  "max_retries": 2, "retry_backoff_seconds": 0.05},
+        "model": {
+            "name": sandbox.served_model,
+            "base_url": sandbox.policy_url,
+            "api_key_env": None,
+            "max_retries": 2,
+            "retry_backoff_seconds": 0.05,
+        },
     }
     path = tmp_path / "retry.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -440,8 +509,12 @@ def test_new_behaviour_wide_seed_preflight(tmp_path: Path, accepts_wide: bool) -
         seeds.append(seed)
         if seed >= 2**32 and not accepts_wide:
             return httpx.Response(400, json={"error": {"message": "seed must be a 32-bit integer"}})
-        return httpx.Response(200, json={"choices": [{"index": 0, "finish_reason": "stop",
-                                                      "message": {"role": "assistant", "content": "ok"}}]})
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}]
+            },
+        )
 
     transport = httpx.MockTransport(handler)
     narrow = build_plan(_config(tmp_path))

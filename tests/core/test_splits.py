@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from testkit.core_runkit import PERSONA_SPLITS, write_split
 
-from core_runkit import PERSONA_SPLITS, write_split
 from shopsimrl_core import ConfigError, fingerprint, load_split_file
 
 
@@ -72,6 +72,14 @@ def test_unknown_split_lists_available(tmp_path: Path) -> None:
 
 
 def test_test_named_split_without_role_is_guarded(tmp_path: Path) -> None:
-    loaded = load_split_file(write_split(tmp_path / "s.json", {"test": {"task_ids": [1]}, "holdout": {"task_ids": [2], "role": "test"},
-                                                                "other": {"task_ids": [3], "role": "val"}}))
+    loaded = load_split_file(
+        write_split(
+            tmp_path / "s.json",
+            {
+                "test": {"task_ids": [1]},
+                "holdout": {"task_ids": [2], "role": "test"},
+                "other": {"task_ids": [3], "role": "val"},
+            },
+        )
+    )
     assert loaded.get("test").guarded and loaded.get("holdout").guarded and not loaded.get("other").guarded

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from testkit.core_runkit import record
 
-from core_runkit import record
-from shopsimrl_core import ConfigError, RunStore, compare_runs
+from shopsimrl_core import CheckpointComparison, ConfigError, RunStore, compare_runs
 from shopsimrl_core.analysis._stats import (
     bootstrap_mean_ci,
     metric_seed,
@@ -64,8 +65,15 @@ def test_pass_at_k_and_pass_hat_k() -> None:
 def _run(folder: Path, rewards: dict[int, float], *, temperature: float = 0.0) -> Path:
     store = RunStore(folder)
     jobs = [{"task_id": t, "sample_id": 0, "seed": 1, "split": "val"} for t in sorted(rewards)]
-    plan = {"task_split": {"name": "val"}, "jobs": jobs, "model": {"model": "m", "sampling": {"temperature": temperature}},
-            "environment": {}, "runtime": {}, "prompt": {}, "skills": {"provider": "none"}}
+    plan = {
+        "task_split": {"name": "val"},
+        "jobs": jobs,
+        "model": {"model": "m", "sampling": {"temperature": temperature}},
+        "environment": {},
+        "runtime": {},
+        "prompt": {},
+        "skills": {"provider": "none"},
+    }
     store.write_manifest(plan, "f", {})
     for task, reward in rewards.items():
         store.append(record(task, reward=reward))
@@ -79,10 +87,15 @@ def test_compare_runs_paired_deltas_and_flips(tmp_path: Path) -> None:
     assert result["alignment"]["status"] == "matched" and result["paired"]["pairs"] == 4
     reward = result["paired"]["metrics"]["reward"]
     assert reward["a_mean"] == 0.625 and reward["b_mean"] == 0.75 and reward["mean_difference"] == 0.125
-    low, high = reward["confidence_interval"]
-    assert low <= 0.125 <= high
+    # the interval is the task-level paired bootstrap of the per-task differences, task order
+    assert reward["confidence_interval"] == list(
+        paired_bootstrap_ci([0.0, 1.0, 0.5, -1.0], metric="reward", samples=300)
+    )
     assert result["paired"]["flips"] == {"gained": 2, "lost": 1, "both_success": 1, "both_failure": 0, "net": 1}
-    assert result["paired"]["bootstrap"]["seed_derivation"].startswith("u64_be")
+    assert result["paired"]["bootstrap"]["seed_derivation"] == "u64_be(sha256('{seed}:{metric}')[0:8])"
+    # the comparison document parses with its model and keeps its key order
+    parsed = CheckpointComparison.parse(result, "comparison")
+    assert json.dumps(parsed.to_json()) == json.dumps(result)
 
 
 def test_compare_runs_refuses_misaligned_plans(tmp_path: Path) -> None:

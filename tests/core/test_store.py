@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from testkit.core_runkit import record
 
-from core_runkit import record
 from shopsimrl_core import ConfigError, RunLockedError, RunStore, TestAccessLedger
 
 HOLDER = textwrap.dedent("""
@@ -29,7 +29,9 @@ HOLDER = textwrap.dedent("""
 
 
 def _holder(run_dir: Path, mode: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run_dir), mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
 
@@ -138,7 +140,7 @@ def test_archive_existing_moves_never_deletes(tmp_path: Path) -> None:
     with store.lock("inv"):
         archive = store.archive_existing()
         assert archive is not None
-        assert sorted(p.name for p in archive.iterdir()) == ["manifest.json", "traces.jsonl"]
+        assert sorted(p.name for p in archive.iterdir()) == ["manifest.json", "traces.index.jsonl", "traces.jsonl"]
         assert not store.has_content() and store.lock_path.exists()
 
 
@@ -151,5 +153,7 @@ def test_invocations_and_ledger(tmp_path: Path) -> None:
     ledger = TestAccessLedger(tmp_path / "ledger.jsonl")
     ledger.append({"checkpoint": "c1", "skills": {"provider": "none"}, "run_dir": "/r1", "plan_fingerprint": "f1"})
     assert ledger.prior_runs(checkpoint="c1", skills={"provider": "none"}, run_dir="/r1", plan_fingerprint="f1") == []
-    assert len(ledger.prior_runs(checkpoint="c1", skills={"provider": "none"}, run_dir="/r2", plan_fingerprint="f1")) == 1
+    assert (
+        len(ledger.prior_runs(checkpoint="c1", skills={"provider": "none"}, run_dir="/r2", plan_fingerprint="f1")) == 1
+    )
     assert ledger.prior_runs(checkpoint="c2", skills={"provider": "none"}, run_dir="/r2", plan_fingerprint="f1") == []

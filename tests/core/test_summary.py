@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
+from testkit.core_runkit import record, step
 
-from core_runkit import record, step
 from shopsimrl_core import RunStore, build_summary, summarize_run
 
 
@@ -41,8 +41,17 @@ def test_identities_hold_on_synthetic_traces() -> None:
     records = _synthetic()
     s = build_summary(records, requested=len(records))
     c, b, p, rc = s["counts"], s["behavior"], s["primary"], s["reward_components"]
-    assert list(s) == ["schema_version", "created_at", "counts", "primary", "reward_components", "behavior", "cost", "errors",
-                       "reward_components_sem"]
+    assert list(s) == [
+        "schema_version",
+        "created_at",
+        "counts",
+        "primary",
+        "reward_components",
+        "behavior",
+        "cost",
+        "errors",
+        "reward_components_sem",
+    ]
     assert set(s["reward_components_sem"]) == set(s["reward_components"])
     assert s["reward_components_sem"]["r_strict"] == s["primary"]["reward_sem"]
     assert s["schema_version"] == "shopsimrl-eval-summary-v2"
@@ -52,8 +61,18 @@ def test_identities_hold_on_synthetic_traces() -> None:
     assert b["policy_failures"] == b["termination_reasons"]["generation_length"]
     assert sum(b["termination_reasons"].values()) == c["completed"]
     assert p["reward_mean"] == rc["r_strict"] and p["success_rate"] == rc["r_success"]
-    assert list(b) == ["steps_mean", "model_steps", "protocol_errors", "protocol_error_rate", "policy_failures",
-                       "policy_failure_rate", "invalid_action_rate", "invalid_actions", "total_actions", "termination_reasons"]
+    assert list(b) == [
+        "steps_mean",
+        "model_steps",
+        "protocol_errors",
+        "protocol_error_rate",
+        "policy_failures",
+        "policy_failure_rate",
+        "invalid_action_rate",
+        "invalid_actions",
+        "total_actions",
+        "termination_reasons",
+    ]
     assert list(rc) == sorted(rc) and list(b["termination_reasons"]) == sorted(b["termination_reasons"])
     assert s["errors"] == {"ModelRequestError": 1, "unknown": 1}
     assert c["coverage"] == 60 / 62
@@ -61,27 +80,49 @@ def test_identities_hold_on_synthetic_traces() -> None:
 
 def test_exact_values_on_a_small_run() -> None:
     records = [
-        record(1, reward=1.0, steps=[step(valid=False, usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}),
-                                     step(usage={"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14,
-                                                 "completion_tokens_details": {"reasoning_tokens": 5}})]),
+        record(
+            1,
+            reward=1.0,
+            steps=[
+                step(valid=False, usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}),
+                step(
+                    usage={
+                        "prompt_tokens": 11,
+                        "completion_tokens": 3,
+                        "total_tokens": 14,
+                        "completion_tokens_details": {"reasoning_tokens": 5},
+                    }
+                ),
+            ],
+        ),
         record(2, reward=0.5, steps=[step(protocol_error=True), step(valid=None), step(valid=True)], duration_ms=None),
         record(3, reward=0.0, reason="generation_length", steps=[step(policy_failure=True)]),
     ]
     s = build_summary(records, requested=4, created_at="2026-01-01T00:00:00+00:00")
     assert s["counts"] == {"requested": 4, "trace_files": 3, "completed": 3, "failed": 0, "scored": 3, "coverage": 0.75}
     assert s["primary"]["reward_mean"] == 0.5
-    assert s["primary"]["reward_sem"] == pytest.approx(0.5 / 3 ** 0.5)
+    assert s["primary"]["reward_sem"] == pytest.approx(0.5 / 3**0.5)
     assert s["primary"]["success_rate"] == 1 / 3
     b = s["behavior"]
-    assert (b["model_steps"], b["protocol_errors"], b["policy_failures"], b["total_actions"], b["invalid_actions"]) == (6, 1, 1, 4, 1)
+    assert (b["model_steps"], b["protocol_errors"], b["policy_failures"], b["total_actions"], b["invalid_actions"]) == (
+        6,
+        1,
+        1,
+        4,
+        1,
+    )
     assert b["invalid_action_rate"] == 0.25  # pooled over actions; empty feedback is not invalid
     assert b["steps_mean"] == 2.0
-    assert s["cost"] == {"duration_ms_mean": 1000.0,
-                         "tokens": {"completion_tokens": 5, "prompt_tokens": 21, "reasoning_tokens": 5, "total_tokens": 26}}
+    assert s["cost"] == {
+        "duration_ms_mean": 1000.0,
+        "tokens": {"completion_tokens": 5, "prompt_tokens": 21, "reasoning_tokens": 5, "total_tokens": 26},
+    }
 
 
 def test_reasoning_tokens_only_when_seen_and_empty_run() -> None:
-    s = build_summary([record(1, steps=[step(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})])], requested=1)
+    s = build_summary(
+        [record(1, steps=[step(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})])], requested=1
+    )
     assert "reasoning_tokens" not in s["cost"]["tokens"]
     empty = build_summary([], requested=0)
     assert empty["counts"]["coverage"] == 0.0 and empty["primary"]["reward_mean"] is None
@@ -95,8 +136,16 @@ def test_legacy_waves_failed_episode_gives_null_reward() -> None:
 
 def test_coverage_never_exceeds_one_with_unplanned_ids(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
-    store.write_manifest({"jobs": [{"task_id": 1, "sample_id": 0, "seed": 1, "split": "val"},
-                                   {"task_id": 2, "sample_id": 0, "seed": 1, "split": "val"}]}, "f", {})
+    store.write_manifest(
+        {
+            "jobs": [
+                {"task_id": 1, "sample_id": 0, "seed": 1, "split": "val"},
+                {"task_id": 2, "sample_id": 0, "seed": 1, "split": "val"},
+            ]
+        },
+        "f",
+        {},
+    )
     for task in (1, 2, 3, 4):
         store.append(record(task))
     summary = summarize_run(tmp_path)

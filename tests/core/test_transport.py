@@ -1,17 +1,24 @@
-"""StreamsTransport against REAL loopback servers: uvicorn serving a Starlette app for well-behaved
-HTTP, and raw asyncio servers for misbehaviour (dropped keep-alive connections, slow heads, broken
-framing). Servers count requests and connections, so "never resent" is checked on the server side."""
+"""The HTTP engines (adapters/_http.py) against REAL loopback servers: uvicorn serving a Starlette app
+for well-behaved HTTP, raw asyncio servers for misbehaviour (dropped keep-alive connections, slow
+heads, broken framing, a forward proxy), and a TLS server with a self-signed certificate. Servers
+count requests and connections, so "never resent" is checked on the server side. Most fault tests
+run against both engines (aiohttp, the default; httpx, used for the test seam and ``http_transport:
+httpx``): the layers above rely on the same behaviour from either."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -19,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from shopsimrl_core.adapters._http import AiohttpEngine, HttpxEngine, TransportError, build_engine
 from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError
-from shopsimrl_core.adapters._transport import StreamsTransport, _Connection
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -100,20 +107,13 @@ def uvicorn_url() -> Iterator[str]:
     sock.close()
 
 
-def client_for(transport: StreamsTransport, **timeouts: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeouts.pop("default", 10.0), **timeouts))
+ENGINES = ["aiohttp", "httpx"]
 
 
-def pool_of(transport: StreamsTransport):
-    (pool,) = transport._pools.values()
-    return pool
-
-
-def snap(client: httpx.AsyncClient) -> SimpleNamespace:
-    """The pool's counters now (the pool itself is emptied when the client closes)."""
-    pool = pool_of(client._transport)
-    return SimpleNamespace(open=pool.open, idle=list(pool.idle), active=set(pool.active),
-                           waiters=[w for w in pool.waiters if not w.done()])
+def engine(kind: str = "aiohttp", *, timeout: float = 10.0, read_timeout: float | None = 10.0, max_connections: int = 8,
+           trust_env: bool = False) -> Any:
+    cls = AiohttpEngine if kind == "aiohttp" else HttpxEngine
+    return cls(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env)
 
 
 # -- a raw asyncio server for misbehaviour ---------------------------------------------------------
@@ -160,9 +160,9 @@ class RawServer:
         self.closed = asyncio.Event()
         self.url = ""
 
-    async def __aenter__(self) -> "RawServer":
+    async def __aenter__(self) -> RawServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -198,121 +198,133 @@ async def keep_alive_handler(server: RawServer, reader, writer, index) -> None:
 # -- well-behaved server ------------------------------------------------------------------------
 
 
-def test_keep_alive_reuses_one_connection(uvicorn_url):
+@pytest.mark.parametrize("kind", ENGINES)
+def test_keep_alive_reuses_one_connection(uvicorn_url, kind):
     async def main():
-        async with client_for(StreamsTransport()) as client:
-            ports = set()
-            for method in ("GET", "POST", "PUT", "POST"):
-                response = await client.request(method, uvicorn_url + "/echo", content=b"x" * 10)
-                assert response.status_code == 200 and response.json()["method"] == method
-                ports.add(response.json()["client_port"])
-            return ports, snap(client)
+        http = engine(kind)
+        try:
+            replies = [
+                await http.request(
+                    "POST", uvicorn_url + "/echo", b'{"n": %d}' % i, {"Content-Type": "application/json"}
+                )
+                for i in range(5)
+            ]
+        finally:
+            await http.aclose()
+        return [json.loads(r.data) for r in replies]
 
-    ports, pool = run(main())
-    assert len(ports) == 1  # the server saw every request on the same client socket
-    assert pool.open == 1
+    bodies = run(bounded(main()))
+    assert [b["body"] for b in bodies] == [f'{{"n": {i}}}' for i in range(5)]
+    assert len({b["client_port"] for b in bodies}) == 1  # one connection carried all five
 
 
-def test_large_request_body_and_streamed_chunked_request_body(uvicorn_url):
-    async def gen():
-        for index in range(3):
-            yield f"piece{index}".encode()
-
+@pytest.mark.parametrize("kind", ENGINES)
+def test_large_body_chunked_response_and_json_reply(uvicorn_url, kind):
     async def main():
-        async with client_for(StreamsTransport()) as client:
-            big = await client.post(uvicorn_url + "/echo", content=b"a" * 300_000)
-            streamed = await client.post(uvicorn_url + "/echo", content=gen())
-            return big.json(), streamed.json()
+        http = engine(kind)
+        try:
+            big = await http.request("POST", uvicorn_url + "/echo", b"x" * 3_000_000)
+            parts = await http.request("GET", uvicorn_url + "/chunked")
+            again = await http.request("GET", uvicorn_url + "/echo")
+        finally:
+            await http.aclose()
+        return big, parts, again
 
-    big, streamed = run(main())
-    assert big["length"] == 300_000
-    assert streamed["body"] == "piece0piece1piece2" and streamed["transfer_encoding"] == "chunked"
-
-
-def test_chunked_response_is_decoded_and_connection_reused(uvicorn_url):
-    async def main():
-        async with client_for(StreamsTransport()) as client:
-            first = await client.get(uvicorn_url + "/chunked")
-            second = await client.get(uvicorn_url + "/echo")
-            return first, second, snap(client)
-
-    first, second, pool = run(main())
-    assert first.headers["transfer-encoding"] == "chunked"
-    assert first.text == "part-0;part-1;part-2;part-3;part-4;"
-    assert second.status_code == 200 and pool.open == 1
+    big, parts, again = run(bounded(main()))
+    assert big.status == 200 and json.loads(big.data)["length"] == 3_000_000
+    assert parts.data == b"".join(b"part-%d;" % i for i in range(5)) and parts.text.startswith("part-0")
+    assert json.loads(again.data)["method"] == "GET" and again.content_type.startswith("application/json")
 
 
-def test_sse_events_arrive_incrementally(uvicorn_url):
+@pytest.mark.parametrize("kind", ENGINES)
+def test_sse_lines_arrive_incrementally(uvicorn_url, kind):
     SSE_GATE.clear()
 
     async def main():
+        http = engine(kind)
         seen = []
-        async with client_for(StreamsTransport()) as client:
-            async with client.stream("GET", uvicorn_url + "/sse") as response:
-                async for line in response.aiter_lines():
+        try:
+            async with http.stream("GET", uvicorn_url + "/sse") as reply:
+                assert reply.status == 200
+                async for line in reply.lines():
                     seen.append(line)
                     if line == "data: first":
-                        # the server holds the rest until we have read this event: a transport
-                        # that buffered the whole body would never get here
-                        SSE_GATE.set()
-            return seen, snap(client)
+                        SSE_GATE.set()  # the server sends the rest only after the client saw this
+        finally:
+            await http.aclose()
+        return seen
 
-    seen, pool = run(bounded(main()))
-    assert [line for line in seen if line] == ["data: first", "data: second", "data: [DONE]"]
-    assert len(pool.idle) == 1  # read to the end: back in the pool
+    assert [line for line in run(bounded(main())) if line] == ["data: first", "data: second", "data: [DONE]"]
 
 
-def test_read_timeout_and_no_read_timeout(uvicorn_url):
+@pytest.mark.parametrize("kind", ENGINES)
+def test_read_timeout_and_no_read_timeout(uvicorn_url, kind):
     async def main():
-        async with client_for(StreamsTransport(), read=0.2) as client:
-            with pytest.raises(httpx.ReadTimeout):
-                await client.get(uvicorn_url + "/slow?delay=2")
-            pool = snap(client)
-            assert pool.open == 0 and not pool.idle  # a timed-out connection is closed, not pooled
-            # read=None (how `reset` is sent) waits as long as the server takes
-            slow = await client.get(uvicorn_url + "/slow?delay=0.5", timeout=httpx.Timeout(5.0, read=None))
-            return slow.json()
+        http = engine(kind, read_timeout=0.2)
+        try:
+            with pytest.raises(TransportError, match="^ReadTimeout: ") as caught:
+                await http.request("GET", uvicorn_url + "/slow?delay=1")
+            waited = await http.request("GET", uvicorn_url + "/slow?delay=0.5", read_timeout=None)
+            after = await http.request("GET", uvicorn_url + "/echo")
+        finally:
+            await http.aclose()
+        return caught.value, waited, after
 
-    assert run(main()) == {"slow": True}
+    error, waited, after = run(bounded(main()))
+    assert error.kind == "ReadTimeout"
+    assert json.loads(waited.data) == {"slow": True} and after.status == 200
 
 
-def test_pool_timeout_and_waiter_gets_freed_connection(uvicorn_url):
-    async def main():
-        async with client_for(StreamsTransport(max_connections=1)) as client:
-            holder = asyncio.create_task(client.get(uvicorn_url + "/slow?delay=0.5"))
+@pytest.mark.parametrize("kind", ENGINES)
+def test_pool_limit_queues_requests_without_a_pool_timeout(kind):
+    async def handler(server, reader, writer, index):
+        while await server.next_request(reader, index) is not None:
             await asyncio.sleep(0.1)
-            with pytest.raises(httpx.PoolTimeout):
-                await client.get(uvicorn_url + "/echo", timeout=httpx.Timeout(5.0, pool=0.05))
-            waiter = await client.get(uvicorn_url + "/echo", timeout=httpx.Timeout(5.0, pool=None))
-            await holder
-            return waiter.json(), snap(client)
+            writer.write(ok())
+            await writer.drain()
 
-    body, pool = run(bounded(main()))
-    assert body["method"] == "GET" and pool.open == 1 and not pool.waiters
+    async def main():
+        async with RawServer(handler) as server:
+            http = engine(kind, max_connections=2, timeout=0.05)  # waiting for a slot is not a timeout
+            try:
+                replies = await asyncio.gather(*(http.request("GET", server.url + f"/{i}") for i in range(6)))
+            finally:
+                await http.aclose()
+            return server, replies
+
+    server, replies = run(bounded(main()))
+    assert [r.data for r in replies] == [b"ok"] * 6
+    assert server.max_open <= 2 and len(server.requests) == 6
 
 
-# -- misbehaving servers -----------------------------------------------------------------------
+# -- faults -------------------------------------------------------------------------------------
 
 
-def test_server_closed_idle_connection_is_replaced_before_sending():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_server_closed_idle_connection_is_replaced_before_sending(kind):
     async def handler(server, reader, writer, index):
         await server.next_request(reader, index)
         writer.write(ok())
         await writer.drain()  # then close the keep-alive connection (as an idle timeout would)
 
     async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            assert (await client.post(server.url + "/a", content=b"1")).text == "ok"
-            await server.closed.wait()
-            await asyncio.sleep(0.05)
-            assert (await client.post(server.url + "/b", content=b"2")).text == "ok"
-            return server
+        async with RawServer(handler) as server:
+            http = engine(kind)
+            try:
+                first = await http.request("POST", server.url + "/a", b"1")
+                await server.closed.wait()
+                await asyncio.sleep(0.05)
+                second = await http.request("POST", server.url + "/b", b"2")
+            finally:
+                await http.aclose()
+            return server, first, second
 
-    server = run(bounded(main()))
+    server, first, second = run(bounded(main()))
+    assert first.data == second.data == b"ok"
     assert [r[2] for r in server.requests] == ["/a", "/b"] and server.connections == 2
 
 
-def drop_second_request_handler(sent_response: list[int]):
+def drop_second_request_handler():
     """Connection 0 answers its first request, reads the second and closes without answering."""
 
     async def handler(server, reader, writer, index):
@@ -321,179 +333,124 @@ def drop_second_request_handler(sent_response: list[int]):
                 return  # request read (it reached the server), no response
             writer.write(ok())
             await writer.drain()
-            sent_response.append(index)
 
     return handler
 
 
-def test_idempotent_request_is_resent_once_when_reused_connection_drops():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_post_is_never_resent_after_its_bytes_reached_the_server(kind):
     async def main():
-        async with RawServer(drop_second_request_handler([])) as server, client_for(StreamsTransport()) as client:
-            await client.get(server.url + "/first")
-            response = await client.get(server.url + "/second")
-            return server, response
+        async with RawServer(drop_second_request_handler()) as server:
+            http = engine(kind)
+            try:
+                await http.request("POST", server.url + "/first", b"{}")
+                with pytest.raises(TransportError, match="^RemoteProtocolError: "):
+                    await http.request("POST", server.url + "/second", b'{"action": "interact"}')
+                after = await http.request("POST", server.url + "/third", b"{}")
+            finally:
+                await http.aclose()
+            return server, after
 
-    server, response = run(bounded(main()))
-    assert response.text == "ok"
+    server, after = run(bounded(main()))
+    assert [(r[0], r[2]) for r in server.requests] == [(0, "/first"), (0, "/second"), (1, "/third")]  # no duplicate
+    assert after.data == b"ok"
+
+
+def test_idempotent_request_is_resent_once_when_a_reused_connection_drops():
+    async def main():
+        async with RawServer(drop_second_request_handler()) as server:
+            http = engine("aiohttp")
+            try:
+                await http.request("GET", server.url + "/first")
+                reply = await http.request("GET", server.url + "/second")
+            finally:
+                await http.aclose()
+            return server, reply
+
+    server, reply = run(bounded(main()))
+    assert reply.data == b"ok"
     assert [(r[0], r[2]) for r in server.requests] == [(0, "/first"), (0, "/second"), (1, "/second")]
 
 
-def test_post_is_never_resent_after_its_bytes_reached_the_server():
-    async def main():
-        async with RawServer(drop_second_request_handler([])) as server, client_for(StreamsTransport()) as client:
-            await client.post(server.url + "/first", content=b"{}")
-            with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
-                await client.post(server.url + "/second", content=b'{"action": "interact"}')
-            await asyncio.sleep(0.05)
-            return server, snap(client)
-
-    server, pool = run(bounded(main()))
-    assert [(r[0], r[2]) for r in server.requests] == [(0, "/first"), (0, "/second")]  # no duplicate
-    assert server.connections == 1 and pool.open == 0
-
-
-def test_post_is_resent_when_the_kernel_refused_its_first_byte(monkeypatch):
-    # the server resets the idle connection (RST); with the idle check bypassed the request is
-    # written on the dead socket, no byte leaves, and the one resend goes on a fresh connection
-    async def handler(server, reader, writer, index):
-        await server.next_request(reader, index)
-        writer.write(ok())
-        await writer.drain()
-        if index == 0:
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            writer.transport.abort()
-            return
-        while await server.next_request(reader, index) is not None:
-            writer.write(ok())
-            await writer.drain()
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            await client.post(server.url + "/first", content=b"1")
-            conn = pool_of(client._transport).idle[0]
-            for _ in range(200):
-                await asyncio.sleep(0.01)
-                if conn.writer.transport.is_closing() or conn.reader.exception() is not None:
-                    break
-            monkeypatch.setattr(_Connection, "dead", lambda self: False)
-            response = await client.post(server.url + "/second", content=b"2")
-            return server, response
-
-    server, response = run(bounded(main()))
-    assert response.text == "ok"
-    assert [(r[0], r[2]) for r in server.requests] == [(0, "/first"), (1, "/second")]
-
-
-def test_slow_headers_time_out_and_the_connection_is_not_pooled():
-    async def handler(server, reader, writer, index):
-        await server.next_request(reader, index)
-        await asyncio.sleep(1.0)
-        writer.write(ok())
-        await writer.drain()
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport(), read=0.1) as client:
-            with pytest.raises(httpx.ReadTimeout):
-                await client.post(server.url + "/x", content=b"1")
-            return snap(client)
-
-    pool = run(bounded(main()))
-    assert pool.open == 0 and not pool.idle and not pool.active
-
-
-def test_chunked_body_with_extensions_and_trailers_split_across_writes():
-    async def handler(server, reader, writer, index):
-        while await server.next_request(reader, index) is not None:
-            for piece in (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n", b"\r\n5;ext=1\r\nhel",
-                          b"lo\r\n6\r\n world\r\n0\r\nX-Trailer: yes\r\n", b"\r\n"):
-                writer.write(piece)
-                await writer.drain()
-                await asyncio.sleep(0.01)
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            first = await client.get(server.url + "/a")
-            second = await client.get(server.url + "/b")
-            return server, first.text, second.text
-
-    server, first, second = run(bounded(main()))
-    assert first == second == "hello world" and server.connections == 1
-
-
-@pytest.mark.parametrize("reply, match", [
-    (b"HTTP/1.1 2x0 OK\r\n\r\n", "malformed HTTP status line"),
-    (b"SMTP ready\r\n\r\n", "malformed HTTP status line"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", "complete message body"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", "middle of a chunk"),
-    (b"HTTP/1.1 200 OK\r\nContent-Le", "middle of the response head"),
-    (b"", "Server disconnected without sending a response"),
-], ids=["status-code", "not-http", "partial-body", "chunk-size", "partial-chunk", "partial-head", "no-response"])
-def test_broken_responses_raise_remote_protocol_error(reply, match):
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 2x0 OK\r\n\r\n",
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"",
+    ],
+    ids=["status-code", "not-http", "partial-body", "chunk-size", "partial-chunk", "partial-head", "no-response"],
+)
+@pytest.mark.parametrize("kind", ENGINES)
+def test_broken_responses_raise_a_protocol_error_and_are_not_resent(reply, kind):
     async def handler(server, reader, writer, index):
         await server.next_request(reader, index)
         writer.write(reply)
         await writer.drain()
 
     async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            with pytest.raises(httpx.RemoteProtocolError, match=match):
-                await client.post(server.url + "/x", content=b"{}")
-            return server, snap(client)
+        async with RawServer(handler) as server:
+            http = engine(kind)
+            try:
+                with pytest.raises(TransportError) as caught:
+                    await http.request("POST", server.url + "/x", b"{}")
+            finally:
+                await http.aclose()
+            return server, caught.value
 
-    server, pool = run(bounded(main()))
-    assert len(server.requests) == 1  # a fresh connection is never resent
-    assert pool.open == 0 and not pool.idle
+    server, error = run(bounded(main()))
+    assert len(server.requests) == 1  # a request on a fresh connection is never resent
+    assert error.kind in {"RemoteProtocolError", "ReadError"}, str(error)
 
 
-def test_connection_close_header_and_http10_are_not_reused():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_connection_close_and_http10_and_unframed_bodies(kind):
     async def handler(server, reader, writer, index):
         await server.next_request(reader, index)
-        writer.write(ok(close=True) if index == 0 else b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if index == 0:
+            writer.write(ok(b"closing", close=True))
+        elif index == 1:
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhttp1")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nno framing at all")
         await writer.drain()
 
     async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            await client.get(server.url + "/a")
-            await client.get(server.url + "/b")
-            await client.get(server.url + "/c")
-            return server, snap(client)
+        async with RawServer(handler) as server:
+            http = engine(kind)
+            try:
+                return server, [(await http.request("GET", server.url + f"/{i}")).data for i in range(3)]
+            finally:
+                await http.aclose()
 
-    server, pool = run(bounded(main()))
-    assert server.connections == 3 and pool.open == 0 and not pool.idle
-
-
-def test_body_until_close_without_framing():
-    async def handler(server, reader, writer, index):
-        await server.next_request(reader, index)
-        writer.write(b"HTTP/1.1 200 OK\r\n\r\nno framing at all")
-        await writer.drain()
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            return (await client.get(server.url + "/a")).text, snap(client)
-
-    text, pool = run(bounded(main()))
-    assert text == "no framing at all" and pool.open == 0
+    server, bodies = run(bounded(main()))
+    assert bodies == [b"closing", b"http1", b"no framing at all"] and server.connections == 3
 
 
-def test_connect_errors():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_connect_errors(kind):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there now
 
     async def main():
-        async with client_for(StreamsTransport()) as client:
-            with pytest.raises(httpx.ConnectError):
-                await client.get(f"http://127.0.0.1:{port}/")
-            assert snap(client).open == 0
+        http = engine(kind)
+        try:
+            with pytest.raises(TransportError, match="^ConnectError: "):
+                await http.request("GET", f"http://127.0.0.1:{port}/")
+        finally:
+            await http.aclose()
 
     run(bounded(main()))
 
 
-def test_connect_timeout_on_a_full_accept_queue():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_connect_timeout_on_a_full_accept_queue(kind):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
@@ -507,10 +464,12 @@ def test_connect_timeout_on_a_full_accept_queue():
             fillers.append(filler)
 
         async def main():
-            async with client_for(StreamsTransport(), connect=0.3) as client:
-                with pytest.raises(httpx.ConnectTimeout):
-                    await client.get(f"http://127.0.0.1:{port}/")
-                assert snap(client).open == 0
+            http = engine(kind, timeout=0.3, read_timeout=None)
+            try:
+                with pytest.raises(TransportError, match="^ConnectTimeout: "):
+                    await http.request("GET", f"http://127.0.0.1:{port}/")
+            finally:
+                await http.aclose()
 
         run(bounded(main()))
     finally:
@@ -519,138 +478,93 @@ def test_connect_timeout_on_a_full_accept_queue():
         listener.close()
 
 
-def test_write_timeout_when_the_server_never_reads():
+@pytest.mark.parametrize("kind", ENGINES)
+def test_a_server_that_never_reads_the_body_times_out(kind):
+    # the server holds the connection far longer than the test's bound: only our timeout ends it
     async def handler(server, reader, writer, index):
-        await asyncio.sleep(5)
+        await asyncio.sleep(60)
 
     async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport(), write=0.3) as client:
-            with pytest.raises(httpx.WriteTimeout):
-                await client.post(server.url + "/x", content=b"z" * 64_000_000)
-            return snap(client)
+        async with RawServer(handler) as server:
+            http = engine(kind, timeout=0.3, read_timeout=0.3)
+            try:
+                with pytest.raises(TransportError) as caught:
+                    await http.request("POST", server.url + "/x", b"z" * 64_000_000)
+            finally:
+                await http.aclose()
+            return caught.value
 
-    pool = run(bounded(main(), 30))
-    assert pool.open == 0
-
-
-def test_pool_limit_and_fifo_waiters():
-    async def handler(server, reader, writer, index):
-        while await server.next_request(reader, index) is not None:
-            await asyncio.sleep(0.02)
-            writer.write(ok())
-            await writer.drain()
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport(max_connections=2)) as client:
-            tasks = []
-            for index in range(8):
-                tasks.append(asyncio.create_task(client.get(f"{server.url}/{index}")))
-                await asyncio.sleep(0)  # each request reaches the pool before the next starts
-            await asyncio.gather(*tasks)
-            return server, snap(client)
-
-    server, pool = run(bounded(main()))
-    assert server.max_open == 2 and server.connections == 2 and pool.open == 2
-    assert [r[2] for r in server.requests] == [f"/{i}" for i in range(8)]  # served in arrival order
+    assert run(bounded(main(), 20)).kind == "WriteTimeout"
 
 
-def test_cancellation_never_returns_a_broken_connection(uvicorn_url):
+@pytest.mark.parametrize("kind", ENGINES)
+def test_cancellation_never_returns_a_broken_connection(uvicorn_url, kind):
     SSE_GATE.clear()
 
     async def main():
-        async with client_for(StreamsTransport(max_connections=1)) as client:
-            pool = pool_of_after(client)
-            # cancelled while waiting for the head
-            slow = asyncio.create_task(client.get(uvicorn_url + "/slow?delay=2"))
+        http = engine(kind, max_connections=1)
+        try:
+            slow = asyncio.create_task(http.request("GET", uvicorn_url + "/slow?delay=2"))
             await asyncio.sleep(0.2)
-            queued = asyncio.create_task(client.get(uvicorn_url + "/echo"))  # waits for the only slot
+            queued = asyncio.create_task(http.request("GET", uvicorn_url + "/echo"))  # waits for the only slot
             await asyncio.sleep(0.05)
             queued.cancel()
             slow.cancel()
             for task in (slow, queued):
                 with pytest.raises(asyncio.CancelledError):
                     await task
-            assert pool().open == 0 and not pool().idle and not pool().active and not [w for w in pool().waiters if not w.done()]
-            # cancelled in the middle of a streamed body
-            async def read_first_event():
-                async with client.stream("GET", uvicorn_url + "/sse") as response:
-                    async for line in response.aiter_lines():
+
+            async def read_first_event():  # cancelled in the middle of a streamed body
+                async with http.stream("GET", uvicorn_url + "/sse") as reply:
+                    async for line in reply.lines():
                         if line:
                             await asyncio.sleep(10)
+
             reader = asyncio.create_task(read_first_event())
             await asyncio.sleep(0.3)
             reader.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await reader
-            assert pool().open == 0 and not pool().idle
-            # the pool still works after all that
-            return (await client.get(uvicorn_url + "/echo")).json()["method"], pool().open
+            # the single-connection pool still works and answers the right request
+            return json.loads((await http.request("POST", uvicorn_url + "/echo", b"after")).data)
+        finally:
+            await http.aclose()
 
-    def pool_of_after(client):
-        return lambda: snap(client)
-
-    assert run(bounded(main())) == ("GET", 1)
+    assert run(bounded(main()))["body"] == "after"
     SSE_GATE.set()
 
 
-def test_cancelled_waiter_passes_its_grant_on():
-    async def handler(server, reader, writer, index):
-        while await server.next_request(reader, index) is not None:
-            await server.gate.wait()
-            writer.write(ok())
-            await writer.drain()
-
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport(max_connections=1)) as client:
-            server.gate = asyncio.Event()
-            tasks: dict[str, asyncio.Task[Any]] = {}
-
-            async def first_then_cancel_second():
-                await client.get(server.url + "/1")  # its connection is handed to `second`'s waiter...
-                tasks["second"].cancel()  # ...which is cancelled before it runs: the grant must reach `third`
-
-            first = asyncio.create_task(first_then_cancel_second())
-            await asyncio.sleep(0.05)
-            tasks["second"] = asyncio.create_task(client.get(server.url + "/2"))
-            third = asyncio.create_task(client.get(server.url + "/3"))
-            await asyncio.sleep(0.05)
-            server.gate.set()
-            await first
-            results = await asyncio.gather(tasks["second"], third, return_exceptions=True)
-            return server, results, snap(client)
-
-    server, results, pool = run(bounded(main()))
-    assert isinstance(results[0], asyncio.CancelledError) and results[1].text == "ok"
-    assert pool.open == 1 and [r[2] for r in server.requests] == ["/1", "/3"]
-
-
-def test_aclose_closes_idle_and_busy_connections(uvicorn_url):
+@pytest.mark.parametrize("kind", ENGINES)
+def test_aclose_closes_connections_and_refuses_later_requests(kind):
     async def main():
         async with RawServer(keep_alive_handler) as server:
-            transport = StreamsTransport()
-            client = client_for(transport)
-            await client.get(server.url + "/a")
-            await client.aclose()
+            http = engine(kind)
+            await http.request("GET", server.url + "/a")
+            await http.aclose()
             await asyncio.wait_for(server.closed.wait(), 5)
             with pytest.raises(RuntimeError):
-                await transport.handle_async_request(httpx.Request("GET", server.url + "/b"))
+                await http.request("GET", server.url + "/b")
             return server
 
-    server = run(bounded(main()))
-    assert server.open_connections == 0
+    assert run(bounded(main())).open_connections == 0
 
 
-def test_client_sockets_use_tcp_nodelay(uvicorn_url):
+def test_idle_connections_past_keepalive_expiry_are_not_reused():
     async def main():
-        async with client_for(StreamsTransport()) as client:
-            await client.get(uvicorn_url + "/echo")
-            conn = pool_of(client._transport).idle[0]
-            return conn.writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        async with RawServer(keep_alive_handler) as server:
+            http = AiohttpEngine(timeout=5, read_timeout=5, keepalive_expiry=0.05)
+            try:
+                await http.request("GET", server.url + "/a")
+                await asyncio.sleep(0.3)
+                await http.request("GET", server.url + "/b")
+            finally:
+                await http.aclose()
+            return server
 
-    assert run(main()) != 0
+    assert [r[0] for r in run(bounded(main())).requests] == [0, 1]
 
 
-def test_model_client_retries_transport_errors_like_httpx():
+def test_model_client_retries_transport_errors_over_the_default_engine():
     # every attempt meets a server that drops the connection without answering: the model
     # adapter's own retry policy sees RemoteProtocolError and makes exactly max_retries attempts
     async def handler(server, reader, writer, index):
@@ -658,9 +572,15 @@ def test_model_client_retries_transport_errors_like_httpx():
 
     async def main():
         async with RawServer(handler) as server:
-            async with ChatModelClient(base_url=server.url + "/v1", model="m", api_key_env=None, max_retries=3,
-                                       retry_backoff_seconds=0.0, trust_env=False, http_transport="streams") as model:
-                assert isinstance(model._transport, StreamsTransport)
+            async with ChatModelClient(
+                base_url=server.url + "/v1",
+                model="m",
+                api_key_env=None,
+                max_retries=3,
+                retry_backoff_seconds=0.0,
+                trust_env=False,
+            ) as model:
+                assert isinstance(model._http(), AiohttpEngine)
                 with pytest.raises(ModelRequestError, match="after 3 attempts: RemoteProtocolError"):
                     await model.complete([{"role": "user", "content": "hi"}], None, seed=1)
             return server
@@ -669,56 +589,140 @@ def test_model_client_retries_transport_errors_like_httpx():
     assert len(server.requests) == 3 and server.connections == 3
 
 
-def test_bodyless_responses_and_interim_responses_keep_the_connection():
-    async def handler(server, reader, writer, index):
-        while (request := await server.next_request(reader, index)) is not None:
-            method, path, _ = request
-            if path == "/no-content":
-                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-            elif method == "HEAD":
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")  # a HEAD answer has no body
-            else:
-                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after-100"))
-            await writer.drain()
+# -- proxies and TLS ----------------------------------------------------------------------------
+
+
+async def proxy_handler(server, reader, writer, index):
+    while await server.next_request(reader, index) is not None:
+        writer.write(ok(b"via-proxy"))
+        await writer.drain()
+
+
+def test_trust_env_routes_through_an_http_proxy_and_honours_no_proxy(monkeypatch):
+    for name in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
 
     async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            no_content = await client.post(server.url + "/no-content", content=b"{}")
-            head = await client.head(server.url + "/h")
-            interim = await client.get(server.url + "/x")
-            return server, no_content, head, interim, snap(client)
+        async with RawServer(proxy_handler) as proxy, RawServer(keep_alive_handler) as target:
+            monkeypatch.setenv("HTTP_PROXY", proxy.url)
+            monkeypatch.setenv("http_proxy", proxy.url)
+            trusting, ignoring = engine(trust_env=True), engine(trust_env=False)
+            try:
+                via = await trusting.request("GET", "http://shop.invalid/api/x")
+                direct = await ignoring.request("GET", target.url + "/direct")
+                monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+                monkeypatch.setenv("no_proxy", "127.0.0.1")
+                bypass = await trusting.request("GET", target.url + "/bypass")
+            finally:
+                await trusting.aclose()
+                await ignoring.aclose()
+            return proxy, target, via, direct, bypass
 
-    server, no_content, head, interim, pool = run(bounded(main()))
-    assert (no_content.status_code, no_content.content) == (204, b"")
-    assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "10")
-    assert (interim.status_code, interim.text) == (200, "after-100")
-    assert server.connections == 1 and pool.open == 1 and len(pool.idle) == 1
+    proxy, target, via, direct, bypass = run(bounded(main()))
+    assert via.data == b"via-proxy" and [r[2] for r in proxy.requests] == ["http://shop.invalid/api/x"]
+    assert direct.data == bypass.data == b"ok" and [r[2] for r in target.requests] == ["/direct", "/bypass"]
 
 
-def test_idle_connections_past_keepalive_expiry_are_not_reused():
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """An HTTPS echo on loopback with a fresh self-signed certificate for 127.0.0.1."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(APP, log_level="warning", lifespan="off", ssl_certfile=str(cert), ssl_keyfile=str(key))
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if server.started:
+            break
+        threading.Event().wait(0.01)
+    assert server.started, "uvicorn (TLS) did not start"
+    yield f"https://127.0.0.1:{port}", cert
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def test_https_verifies_certificates(tls_server):
+    url, cert = tls_server
+
     async def main():
-        async with RawServer(keep_alive_handler) as server, client_for(StreamsTransport(keepalive_expiry=0.05)) as client:
-            await client.get(server.url + "/a")
-            await asyncio.sleep(0.2)
-            await client.get(server.url + "/b")
-            return server, snap(client)
+        http = engine()
+        try:
+            with pytest.raises(TransportError, match="^ConnectError: .*certificate"):
+                await http.request("GET", url + "/echo")
+        finally:
+            await http.aclose()
 
-    server, pool = run(bounded(main()))
-    assert [r[0] for r in server.requests] == [0, 1] and pool.open == 1
+    run(bounded(main()))
+    # trusted through the standard variable (read when the engine's TLS context is made): TLS works
+    script = (
+        "import asyncio, json; from shopsimrl_core.adapters._http import AiohttpEngine\n"
+        "async def main():\n"
+        "    http = AiohttpEngine(timeout=5, read_timeout=5)\n"
+        f"    reply = await http.request('POST', {url + '/echo'!r}, b'tls')\n"
+        "    await http.aclose()\n"
+        "    print(json.loads(reply.data)['body'])\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SSL_CERT_FILE": str(cert)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "tls"
 
 
-def test_connection_with_unrequested_bytes_is_not_reused():
-    async def handler(server, reader, writer, index):
-        while await server.next_request(reader, index) is not None:
-            writer.write(ok(b"first") + ok(b"stray") if index == 0 else ok(b"second"))
-            await writer.drain()
+def test_build_engine_picks_aiohttp_and_an_explicit_transport_wins():
+    import httpx
 
-    async def main():
-        async with RawServer(handler) as server, client_for(StreamsTransport()) as client:
-            first = await client.get(server.url + "/a")
-            await asyncio.sleep(0.05)
-            second = await client.get(server.url + "/b")
-            return server, first.text, second.text
-
-    server, first, second = run(bounded(main()))
-    assert (first, second) == ("first", "second") and server.connections == 2
+    assert isinstance(
+        build_engine("https://x/v1", mode="auto", timeout=1, read_timeout=1, max_connections=1, trust_env=False),
+        AiohttpEngine,
+    )
+    assert isinstance(
+        build_engine("http://x/v1", mode="httpx", timeout=1, read_timeout=1, max_connections=1, trust_env=False),
+        HttpxEngine,
+    )
+    seam = build_engine(
+        "http://x/v1",
+        mode="aiohttp",
+        timeout=1,
+        read_timeout=1,
+        max_connections=1,
+        trust_env=False,
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, content=b"mocked")),
+    )
+    assert isinstance(seam, HttpxEngine)
+    assert run(seam.request("GET", "http://x/v1")).data == b"mocked"

@@ -9,8 +9,7 @@ import sys
 
 import dagster as dg
 
-from shopsimrl_dagster.defs.assets import rollout_traces
-from shopsimrl_dagster.defs.resources import resources_from_settings
+from shopsimrl_dagster.definitions import build_definitions
 from shopsimrl_dagster.settings import load_pipeline_settings
 
 if __name__ == "__main__":
@@ -18,4 +17,6 @@ if __name__ == "__main__":
     checkpoint_id = sys.argv[2]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", [checkpoint_id])
-        dg.materialize([rollout_traces], resources=resources_from_settings(settings), instance=instance, partition_key=checkpoint_id)
+        location = build_definitions(settings)
+        location.resolve_job_def("prepare_plans").execute_in_process(instance=instance)
+        location.resolve_job_def("evaluate_val").execute_in_process(instance=instance, partition_key=checkpoint_id)

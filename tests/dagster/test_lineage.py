@@ -1,4 +1,4 @@
-"""The lineage materialized in process against a real sandbox (loopback HTTP, real run directories)."""
+"""The evaluation jobs executed in process against a real sandbox (loopback HTTP, real run directories)."""
 
 from __future__ import annotations
 
@@ -7,91 +7,111 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster_helpers import materialized, run_job
 
 from shopsim_sandbox.faults import FaultConfig
 from shopsim_sandbox.testing import SandboxServer
-from shopsimrl_dagster.defs import assets as lineage
-from shopsimrl_dagster.defs.resources import resources_from_settings
-from shopsimrl_dagster.run_tags import ALLOW_TEST_SPLIT_TAG, SUITE_TAG
+from shopsimrl_dagster.definitions import build_definitions
+from shopsimrl_dagster.run_tags import ALLOW_TEST_SPLIT_TAG
 from shopsimrl_dagster.settings import load_pipeline_settings
-
-PLANS = [lineage.frozen_split, lineage.job_plan]
-PER_CHECKPOINT = [lineage.rollout_traces, lineage.eval_summary, lineage.checkpoint_comparison]
-
-
-def _metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
-    events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == key]
-    assert events, f"{key} was not materialized"
-    return {name: getattr(value, "value", value) for name, value in events[-1].materialization.metadata.items()}
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
     return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
 
 
-def test_lineage_for_two_checkpoint_partitions(sandbox_settings, sandbox_resources, register) -> None:
+@pytest.mark.slow
+def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_settings, register) -> None:
     register(sandbox_settings, "ckpt-step-000100", 100)
     register(sandbox_settings, "ckpt-step-000200", 200)
+    location = build_definitions(sandbox_settings)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", ["ckpt-step-000100", "ckpt-step-000200"])
-        plans = dg.materialize(PLANS, resources=sandbox_resources, instance=instance)
-        assert plans.success
-        assert _metadata(plans, "job_plan")["val_episodes"] == 8
-        assert _metadata(plans, "frozen_split")["val_tasks"] == 60
+        plans = run_job(location, "prepare_plans", instance)
+        assert materialized(plans, "job_plan")["val_episodes"] == 8
+        assert materialized(plans, "frozen_split")["val_tasks"] == 60
 
-        results = {}
-        for key in ("ckpt-step-000100", "ckpt-step-000200"):
-            results[key] = dg.materialize(PER_CHECKPOINT, resources=sandbox_resources, instance=instance, partition_key=key)
-            assert results[key].success
-            assert all(_checks(results[key]).values()) and len(_checks(results[key])) == 5
+        results = {
+            key: run_job(location, "evaluate_val", instance, key) for key in ("ckpt-step-000100", "ckpt-step-000200")
+        }
+        train = run_job(location, "evaluate_train", instance, "ckpt-step-000200")
+        for result in [*results.values(), train]:
+            assert len(_checks(result)) == 5 and all(_checks(result).values())
+            # Evaluation jobs materialize evaluation assets only (never the skills lineage).
+            keys = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+            assert all(k.split("/")[0] in ("val", "train") for k in keys), keys
 
         for key, result in results.items():
             run_dir = sandbox_settings.runs_root / "val" / key
             for name in ("manifest.json", "traces.jsonl", "summary.json", "summary_chart.png"):
                 assert (run_dir / name).is_file(), name
-            rollout = _metadata(result, "rollout_traces")
-            assert rollout["coverage"] == 1.0 and rollout["episodes_completed"] == 8
-            summary = _metadata(result, "eval_summary")
+            rollout = materialized(result, "val/rollout_traces")
+            assert rollout["suite"] == "val" and rollout["coverage"] == 1.0 and rollout["episodes_completed"] == 8
+            assert rollout["episodes"] == f"http://127.0.0.1:3300/run/val/{key}"
+            summary = materialized(result, "val/eval_summary")
             on_disk = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
             assert summary["reward"] == on_disk["primary"]["reward_mean"]
-            assert summary["success_ci_low"] <= summary["success_rate"] <= summary["success_ci_high"]
-            assert "| category |" in summary["per_category"]
+            assert summary["success_ci_low"] == on_disk["primary"]["success_ci"]["low"]
+            assert summary["success_display"].startswith(f"{on_disk['primary']['success_rate']:.3f} [")
+            assert {row.data["category"] for row in summary["per_category"].records} == set(
+                on_disk["breakdowns"]["category"]
+            )
             assert summary["chart"].startswith("![")
 
-        first = _metadata(results["ckpt-step-000100"], "checkpoint_comparison")
-        assert first["status"].startswith("skipped")
-        second = _metadata(results["ckpt-step-000200"], "checkpoint_comparison")
-        assert second["status"] == "compared" and second["baseline"] == "ckpt-step-000100"
-        assert second["pairs"] == 8
-        assert (sandbox_settings.runs_root / "val" / "ckpt-step-000200" / "comparison_vs_ckpt-step-000100.json").is_file()
-        # Both partitions are visible to Dagster with their own reward.
-        records = instance.fetch_materializations(dg.AssetKey("eval_summary"), limit=10).records
-        assert {r.partition_key for r in records} == {"ckpt-step-000100", "ckpt-step-000200"}
+        # The first checkpoint has no baseline: the comparison is not materialized at all (nothing fake).
+        assert "val/checkpoint_comparison" not in {
+            e.asset_key.to_user_string() for e in results["ckpt-step-000100"].get_asset_materialization_events()
+        }
+        second = materialized(results["ckpt-step-000200"], "val/checkpoint_comparison")
+        assert second["baseline"] == "ckpt-step-000100" and second["pairs"] == 8
+        assert (
+            sandbox_settings.runs_root / "val" / "ckpt-step-000200" / "comparison_vs_ckpt-step-000100.json"
+        ).is_file()
+
+        # Suite × checkpoint identity: val has both partitions, train only the one that ran, with train numbers.
+        val_records = instance.fetch_materializations(dg.AssetKey(["val", "eval_summary"]), limit=10).records
+        assert {r.partition_key for r in val_records} == {"ckpt-step-000100", "ckpt-step-000200"}
+        train_records = instance.fetch_materializations(dg.AssetKey(["train", "eval_summary"]), limit=10).records
+        assert [r.partition_key for r in train_records] == ["ckpt-step-000200"]
+        train_disk = json.loads(
+            (sandbox_settings.runs_root / "train" / "ckpt-step-000200" / "summary.json").read_text()
+        )
+        assert train_records[0].asset_materialization.metadata["reward"].value == train_disk["primary"]["reward_mean"]
+        assert materialized(train, "train/rollout_traces")["episodes_completed"] == 6  # 3 tasks × 2 repeats
+
+        progress = run_job(location, "progress_charts", instance)
+        chart = materialized(progress, "val/progress")
+        assert [r.data["step"] for r in chart["points"].records] == [100, 200]
+        assert (
+            chart["chart"].startswith("![")
+            and (sandbox_settings.runs_root / "_progress" / "val" / "progress.png").is_file()
+        )
 
 
-def test_test_split_runs_only_with_the_launch_tag_and_record_it(sandbox_settings, sandbox_resources, register) -> None:
+@pytest.mark.slow
+def test_test_suite_runs_only_with_the_launch_opt_in_and_records_it(sandbox_settings, register) -> None:
     register(sandbox_settings, "ckpt-final", 900)
+    location = build_definitions(sandbox_settings)
+    root = sandbox_settings.runs_root
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", ["ckpt-final"])
-        assert dg.materialize(PLANS, resources=sandbox_resources, instance=instance).success
-        refused = dg.materialize(
-            PER_CHECKPOINT, resources=sandbox_resources, instance=instance, partition_key="ckpt-final",
-            tags={SUITE_TAG: "test"}, raise_on_error=False,
-        )
+        run_job(location, "prepare_plans", instance)
+        before = sorted(p.relative_to(root) for p in root.rglob("*"))
+        refused = run_job(location, "evaluate_test", instance, "ckpt-final", raise_on_error=False)
         assert not refused.success
         failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
         assert ALLOW_TEST_SPLIT_TAG in failure.event_specific_data.error.message
-        assert not (sandbox_settings.runs_root / "test" / "ckpt-final").exists()
+        # Refused before anything was written: no run dir, no config file, no ledger line; one attempt only.
+        assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+        assert not refused.get_asset_materialization_events()
+        assert sum(e.event_type_value == "STEP_RESTARTED" for e in refused.all_events) == 0
 
-        allowed = dg.materialize(
-            PER_CHECKPOINT, resources=sandbox_resources, instance=instance, partition_key="ckpt-final",
-            tags={SUITE_TAG: "test", ALLOW_TEST_SPLIT_TAG: "true"},
-        )
-        assert allowed.success
+        allowed = run_job(location, "evaluate_test", instance, "ckpt-final", tags={ALLOW_TEST_SPLIT_TAG: "true"})
         assert _checks(allowed)["test_split_opt_in_recorded"] is True
-        manifest = json.loads((sandbox_settings.runs_root / "test" / "ckpt-final" / "manifest.json").read_text())
+        assert materialized(allowed, "test/rollout_traces")["suite"] == "test"
+        manifest = json.loads((root / "test" / "ckpt-final" / "manifest.json").read_text())
         assert manifest["test_access"]["opted_in"] is True
-        ledger = (sandbox_settings.runs_root / "test-access.jsonl").read_text().splitlines()
+        ledger = (root / "test-access.jsonl").read_text().splitlines()
         assert len(ledger) == 1 and json.loads(ledger[0])["checkpoint_id"] == "ckpt-final"
 
 
@@ -102,27 +122,33 @@ def failing_policy_sandbox():
         yield server
 
 
-def test_a_failed_blocking_check_stops_the_summary(tmp_path: Path, settings_writer, register, failing_policy_sandbox) -> None:
+@pytest.mark.slow
+def test_a_refused_rollout_stops_the_lineage_with_one_line(
+    tmp_path: Path, settings_writer, register, failing_policy_sandbox
+) -> None:
     server = failing_policy_sandbox
-    settings = load_pipeline_settings(settings_writer(
-        tmp_path, env_url=server.env_url, policy_url=server.policy_url, served_model=server.served_model,
-        split_file=server.split_file, val_sample=2, max_retries=1,
-    ))
+    settings = load_pipeline_settings(
+        settings_writer(
+            tmp_path,
+            env_url=server.env_url,
+            policy_url=server.policy_url,
+            served_model=server.served_model,
+            split_file=server.split_file,
+            val_sample=2,
+            max_retries=1,
+        )
+    )
     register(settings, "ckpt-broken", 1)
-    resources = resources_from_settings(settings)
+    location = build_definitions(settings)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", ["ckpt-broken"])
-        assert dg.materialize(PLANS, resources=resources, instance=instance).success
-        result = dg.materialize(
-            PER_CHECKPOINT, resources=resources, instance=instance, partition_key="ckpt-broken", raise_on_error=False
-        )
+        run_job(location, "prepare_plans", instance)
+        result = run_job(location, "evaluate_val", instance, "ckpt-broken", raise_on_error=False)
         assert not result.success
-        checks = _checks(result)
-        assert checks["coverage_complete"] is False
-        assert checks["trace_lines_valid"] is True
-        materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-        assert "eval_summary" not in materialized and "checkpoint_comparison" not in materialized
+        failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+        message = failure.event_specific_data.error.message
+        assert "[model-probe-failed]" in message and "HTTP 500" in message
+        # A refusal is configuration/data, not a crash: not retried, and nothing below it ran.
+        assert not any(e.event_type_value == "STEP_RESTARTED" for e in result.all_events)
+        assert not result.get_asset_materialization_events()
         assert not (settings.runs_root / "val" / "ckpt-broken" / "summary_chart.png").exists()
-        # The failed episodes are on disk, with their failure stage in the rollout metadata.
-        rollout = _metadata(result, "rollout_traces")
-        assert rollout["coverage"] == 0.0 and rollout["episodes_failed"] == 2

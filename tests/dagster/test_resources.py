@@ -75,14 +75,23 @@ def test_sandbox_passes_both_health_checks_and_a_wrong_model_is_named(sandbox) -
 
 def test_environment_with_unknown_versions_is_refused(fake_server) -> None:
     fake_server.routes["/healthz"] = {
-        "ready": True, "environment_version": "shopsimulator-paper-aligned-v9",
-        "observation_version": "shopping-observation-v7", "environment_slots": 8, "free_slots": 8,
+        "ready": True,
+        "environment_version": "shopsimulator-paper-aligned-v9",
+        "observation_version": "shopping-observation-v7",
+        "environment_slots": 8,
+        "free_slots": 8,
     }
     with pytest.raises(EndpointUnavailable) as error:
         ShopSimulatorEnvironment(base_url=fake_server.url).health_check()
-    assert "environment_version 'shopsimulator-paper-aligned-v9', which this runtime does not know" in error.value.description
-    fake_server.routes["/healthz"] = {**fake_server.routes["/healthz"], "environment_version": "shopsimulator-paper-aligned-v8",
-                                      "observation_version": "shopping-observation-v6"}
+    assert (
+        "environment_version 'shopsimulator-paper-aligned-v9', which this runtime does not know"
+        in error.value.description
+    )
+    fake_server.routes["/healthz"] = {
+        **fake_server.routes["/healthz"],
+        "environment_version": "shopsimulator-paper-aligned-v8",
+        "observation_version": "shopping-observation-v6",
+    }
     with pytest.raises(EndpointUnavailable, match="observation_version 'shopping-observation-v6'"):
         ShopSimulatorEnvironment(base_url=fake_server.url).health_check()
 

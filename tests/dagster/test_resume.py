@@ -12,10 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import dagster as dg
+import pytest
+from dagster_helpers import materialized, run_job
 
 from shopsim_sandbox.testing import SandboxServer
-from shopsimrl_dagster.defs import assets as lineage
-from shopsimrl_dagster.defs.resources import resources_from_settings
+from shopsimrl_dagster.definitions import build_definitions
 from shopsimrl_dagster.settings import load_pipeline_settings
 
 CHILD = Path(__file__).with_name("rollout_child.py")
@@ -34,12 +35,20 @@ def _lines(traces: Path) -> list[dict]:
     return records
 
 
-def test_rerun_after_kill_completes_without_redoing_finished_episodes(tmp_path: Path, settings_writer, register) -> None:
+@pytest.mark.slow
+def test_rerun_after_kill_completes_without_redoing_finished_episodes(
+    tmp_path: Path, settings_writer, register
+) -> None:
     # Environment latency makes the rollout long enough to be killed in the middle.
     with SandboxServer(slots=4, latency_ms=25) as server:
         path = settings_writer(
-            tmp_path, env_url=server.env_url, policy_url=server.policy_url, served_model=server.served_model,
-            split_file=server.split_file, val_sample=EPISODES, max_in_flight=3,
+            tmp_path,
+            env_url=server.env_url,
+            policy_url=server.policy_url,
+            served_model=server.served_model,
+            split_file=server.split_file,
+            val_sample=EPISODES,
+            max_in_flight=3,
         )
         settings = load_pipeline_settings(path)
         register(settings, "ckpt-killed", 5)
@@ -47,8 +56,12 @@ def test_rerun_after_kill_completes_without_redoing_finished_episodes(tmp_path: 
 
         log = tmp_path / "child.log"
         with log.open("wb") as sink:
-            child = subprocess.Popen([sys.executable, str(CHILD), str(path), "ckpt-killed"], start_new_session=True,
-                                     stdout=sink, stderr=subprocess.STDOUT)
+            child = subprocess.Popen(
+                [sys.executable, str(CHILD), str(path), "ckpt-killed"],
+                start_new_session=True,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 120
         while len(_lines(traces)) < 6:
             assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
@@ -62,14 +75,13 @@ def test_rerun_after_kill_completes_without_redoing_finished_episodes(tmp_path: 
 
         with dg.instance_for_test() as instance:
             instance.add_dynamic_partitions("checkpoints", ["ckpt-killed"])
-            resources = resources_from_settings(settings)
-            assert dg.materialize([lineage.frozen_split, lineage.job_plan], resources=resources, instance=instance).success
-            result = dg.materialize([lineage.rollout_traces], resources=resources, instance=instance, partition_key="ckpt-killed")
-        assert result.success
+            location = build_definitions(settings)
+            run_job(location, "prepare_plans", instance)
+            result = run_job(location, "evaluate_val", instance, "ckpt-killed")
         assert all(e.passed for e in result.get_asset_check_evaluations())
-        metadata = result.get_asset_materialization_events()[0].materialization.metadata
-        assert metadata["episodes_completed_before_this_run"].value == len(before)
-        assert metadata["coverage"].value == 1.0
+        metadata = materialized(result, "val/rollout_traces")
+        assert metadata["episodes_completed_before_this_run"] == len(before)
+        assert metadata["coverage"] == 1.0
 
         records = _lines(traces)
         completed = Counter(r["episode_id"] for r in records if r.get("status") == "completed")

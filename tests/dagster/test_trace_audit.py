@@ -7,26 +7,31 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
+from dagster_helpers import run_job
 
-from shopsimrl_dagster.defs import assets as lineage
-from shopsimrl_dagster.defs.checks import rollout_check_results
 from shopsimrl_core import audit_traces
+from shopsimrl_dagster.definitions import build_definitions
+from shopsimrl_dagster.defs.checks import rollout_check_results
+
+KEY = dg.AssetKey(["val", "rollout_traces"])
 
 
-def _real_traces(settings, resources, register) -> Path:
+def _real_traces(settings, register) -> Path:
     register(settings, "ckpt-audit", 1)
+    location = build_definitions(settings)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", ["ckpt-audit"])
-        assert dg.materialize([lineage.frozen_split, lineage.job_plan], resources=resources, instance=instance).success
-        result = dg.materialize([lineage.rollout_traces], resources=resources, instance=instance, partition_key="ckpt-audit")
-    assert result.success
+        run_job(location, "prepare_plans", instance)
+        assert run_job(location, "evaluate_val", instance, "ckpt-audit").success
     return settings.runs_root / "val" / "ckpt-audit" / "traces.jsonl"
 
 
+@pytest.mark.slow
 def test_planted_goal_text_schema_break_and_torn_line_are_each_reported(
-    tmp_path: Path, sandbox_settings, sandbox_resources, register
+    tmp_path: Path, sandbox_settings, register
 ) -> None:
-    source = _real_traces(sandbox_settings, sandbox_resources, register)
+    source = _real_traces(sandbox_settings, register)
     records = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()]
     clean = audit_traces(source)
     assert (clean.lines, clean.invalid_count, clean.torn_lines, clean.leaks) == (8, 0, 0, [])
@@ -36,14 +41,26 @@ def test_planted_goal_text_schema_break_and_torn_line_are_each_reported(
     victim["conversation"][1]["content"] += "\n" + victim["final"]["goal"]["instruction_text"]
     broken = dict(records[0], schema_version="shopsimrl-episode-v3")
     planted = tmp_path / "traces.jsonl"
-    lines = [json.dumps(r, ensure_ascii=False) for r in records] + [json.dumps(broken, ensure_ascii=False), '{"episode_id": "task-0000']
+    lines = [json.dumps(r, ensure_ascii=False) for r in records] + [
+        json.dumps(broken, ensure_ascii=False),
+        '{"episode_id": "task-0000',
+    ]
     planted.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     audit = audit_traces(planted)
-    checks = {r.check_name: r for r in rollout_check_results(
-        coverage=1.0, audit=audit, manifest=None, job_plan=None, guarded=False,
-        ledger_path=tmp_path / "ledger.jsonl", run_dir=tmp_path,
-    )}
+    checks = {
+        r.check_name: r
+        for r in rollout_check_results(
+            asset_key=KEY,
+            coverage=1.0,
+            audit=audit,
+            manifest=None,
+            job_plan=None,
+            guarded=False,
+            ledger_path=tmp_path / "ledger.jsonl",
+            run_dir=tmp_path,
+        )
+    }
     assert {name: r.passed for name, r in checks.items()} == {
         "coverage_complete": True,
         "trace_lines_valid": False,
@@ -61,17 +78,37 @@ def test_planted_goal_text_schema_break_and_torn_line_are_each_reported(
 def test_a_guarded_run_without_its_opt_in_record_fails_the_check(tmp_path: Path) -> None:
     audit = audit_traces(tmp_path / "missing.jsonl")
     manifest = {"plan_fingerprint": "abc", "plan": {}}
-    results = {r.check_name: (r.passed, r.description) for r in rollout_check_results(
-        coverage=0.0, audit=audit, manifest=manifest, job_plan={"jobs_fingerprint": "x"}, guarded=True,
-        ledger_path=tmp_path / "test-access.jsonl", run_dir=tmp_path,
-    )}
+    results = {
+        r.check_name: (r.passed, r.description)
+        for r in rollout_check_results(
+            asset_key=KEY,
+            coverage=0.0,
+            audit=audit,
+            manifest=manifest,
+            job_plan={"jobs_fingerprint": "x"},
+            guarded=True,
+            ledger_path=tmp_path / "test-access.jsonl",
+            run_dir=tmp_path,
+        )
+    }
     passed, text = results["test_split_opt_in_recorded"]
     assert not passed and "no test_access opt-in record" in text
     manifest["test_access"] = {"opted_in": True, "source": "dagster run r1"}
-    (tmp_path / "test-access.jsonl").write_text(json.dumps({"run_dir": str(tmp_path), "plan_fingerprint": "abc", "at": "t"}) + "\n")
-    results = {r.check_name: r.passed for r in rollout_check_results(
-        coverage=1.0, audit=audit, manifest=manifest, job_plan={"jobs_fingerprint": "x"}, guarded=True,
-        ledger_path=tmp_path / "test-access.jsonl", run_dir=tmp_path,
-    )}
+    (tmp_path / "test-access.jsonl").write_text(
+        json.dumps({"run_dir": str(tmp_path), "plan_fingerprint": "abc", "at": "t"}) + "\n"
+    )
+    results = {
+        r.check_name: r.passed
+        for r in rollout_check_results(
+            asset_key=KEY,
+            coverage=1.0,
+            audit=audit,
+            manifest=manifest,
+            job_plan={"jobs_fingerprint": "x"},
+            guarded=True,
+            ledger_path=tmp_path / "test-access.jsonl",
+            run_dir=tmp_path,
+        )
+    }
     assert results["test_split_opt_in_recorded"] is True
     assert results["plan_matches_job_plan"] is False  # the stored fingerprint is not the plan's

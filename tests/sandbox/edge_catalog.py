@@ -68,30 +68,75 @@ def edge_records() -> list[dict]:
     many[2] = {"value": "色001", "price": 10.0}   # a duplicate value
     many[3] = {"value": "   ", "price": 10.0}     # a blank value inside the first 100
     records = [
-        _record(MANY_VALUES_ASIN, "多色马克杯", [_instruction(6001, "买多色马克杯", ["马克杯"])],
-                pricing=[10.0], customization_options={"颜色分类": many}),
-        _record(EQUALS_ASIN, "等号奇怪商品", [_instruction(6002, "买等号奇怪商品", ["等号"])], pricing=[5.0],
-                customization_options={"a": [{"value": "b=c", "price": 5.0}, {"value": "x", "price": 5.0}],
-                                       "a=b": [{"value": "c", "price": 5.0}]}),
-        _record("100000000503", "推理人设商品", [_instruction(6003, "买推理人设商品全量说明", ["推理"],
-                                                           instruction_simple="买个东西")],
-                pricing=[5.0], user_persona={"__reasoning__": "只有隐藏推理"}),
-        _record(TWO_PRICE_AXES_ASIN, "双价轴保温壶", [_instruction(6004, "买双价轴保温壶，预算不超过100元", ["保温"])],
-                pricing=[59.0, 79.0],
-                customization_options={"容量": [{"value": "500ml", "price": 59.0}, {"value": "750ml", "price": 69.0}],
-                                       "颜色分类": [{"value": "白色", "price": 59.0}, {"value": "黑色", "price": 79.0}]}),
-        _record(SUB_TITLE_ASIN, "普通商品甲", [_instruction(6005, "买普通商品甲", ["普通"])], pricing=[5.0],
-                sub_title=["独角兽限定"]),
-        _record(BULLET_POINTS_ASIN, "普通商品乙", [_instruction(6006, "买普通商品乙", ["普通"])], pricing=[5.0],
-                BulletPoints=["麒麟纪念"]),
-        _record(ASYMMETRIC_ASIN, "不对称颜色围巾", [
-            _instruction(6007, "买不对称颜色围巾", ["围巾"], ["色红红色黑款黑红款"]),
-            _instruction(6008, "买白色围巾", ["围巾"], ["白色"])],
+        _record(
+            MANY_VALUES_ASIN,
+            "多色马克杯",
+            [_instruction(6001, "买多色马克杯", ["马克杯"])],
+            pricing=[10.0],
+            customization_options={"颜色分类": many},
+        ),
+        _record(
+            EQUALS_ASIN,
+            "等号奇怪商品",
+            [_instruction(6002, "买等号奇怪商品", ["等号"])],
+            pricing=[5.0],
+            customization_options={
+                "a": [{"value": "b=c", "price": 5.0}, {"value": "x", "price": 5.0}],
+                "a=b": [{"value": "c", "price": 5.0}],
+            },
+        ),
+        _record(
+            "100000000503",
+            "推理人设商品",
+            [_instruction(6003, "买推理人设商品全量说明", ["推理"], instruction_simple="买个东西")],
+            pricing=[5.0],
+            user_persona={"__reasoning__": "只有隐藏推理"},
+        ),
+        _record(
+            TWO_PRICE_AXES_ASIN,
+            "双价轴保温壶",
+            [_instruction(6004, "买双价轴保温壶，预算不超过100元", ["保温"])],
+            pricing=[59.0, 79.0],
+            customization_options={
+                "容量": [{"value": "500ml", "price": 59.0}, {"value": "750ml", "price": 69.0}],
+                "颜色分类": [{"value": "白色", "price": 59.0}, {"value": "黑色", "price": 79.0}],
+            },
+        ),
+        _record(
+            SUB_TITLE_ASIN,
+            "普通商品甲",
+            [_instruction(6005, "买普通商品甲", ["普通"])],
+            pricing=[5.0],
+            sub_title=["独角兽限定"],
+        ),
+        _record(
+            BULLET_POINTS_ASIN,
+            "普通商品乙",
+            [_instruction(6006, "买普通商品乙", ["普通"])],
+            pricing=[5.0],
+            BulletPoints=["麒麟纪念"],
+        ),
+        _record(
+            ASYMMETRIC_ASIN,
+            "不对称颜色围巾",
+            [
+                _instruction(6007, "买不对称颜色围巾", ["围巾"], ["色红红色黑款黑红款"]),
+                _instruction(6008, "买白色围巾", ["围巾"], ["白色"]),
+            ],
             pricing=[30.0],
-            customization_options={"颜色分类": [{"value": "色红红色黑黑款", "price": 30.0},
-                                              {"value": "白色/大号", "price": 30.0}]}),
-        _record(LAMP_ASIN, "简易 台灯", [_instruction(6009, "买简易台灯", ["护眼"])], pricing=[89.0],
-                shop_name="光源店", category="家居›灯具", attribute=["护眼"]),
+            customization_options={
+                "颜色分类": [{"value": "色红红色黑黑款", "price": 30.0}, {"value": "白色/大号", "price": 30.0}]
+            },
+        ),
+        _record(
+            LAMP_ASIN,
+            "简易 台灯",
+            [_instruction(6009, "买简易台灯", ["护眼"])],
+            pricing=[89.0],
+            shop_name="光源店",
+            category="家居›灯具",
+            attribute=["护眼"],
+        ),
         _record(TWIN_ASINS[1], "孪生测试品", [_instruction(6010, "买孪生测试品", ["孪生"])], pricing=[5.0]),
         _record(TWIN_ASINS[0], "孪生测试品", [_instruction(6011, "买孪生测试品", ["孪生"])], pricing=[5.0]),
         _record("100000000510", "缺属性商品", [_instruction(6012, "买缺属性商品", [])], pricing=[5.0]),
@@ -102,16 +147,30 @@ def edge_records() -> list[dict]:
             fields["customization_options"] = options
         if pricing is not None:
             fields["pricing"] = pricing
-        records.append(_record(asin, PRICE_VECTOR_TITLES[index],
-                               [_instruction(6020 + index, f"买{PRICE_VECTOR_TITLES[index]}", ["价向"])], **fields))
+        records.append(
+            _record(
+                asin,
+                PRICE_VECTOR_TITLES[index],
+                [_instruction(6020 + index, f"买{PRICE_VECTOR_TITLES[index]}", ["价向"])],
+                **fields,
+            )
+        )
     for i in range(PAGING_COUNT):
-        records.append(_record(f"{100000001000 + i}", f"分页测试商品{i}", [_instruction(7000 + i, "分页", ["分页"])],
-                               pricing=[5.0]))
-    budget_instructions = [_instruction(BUDGET_TASK_BASE + i, text, ["预算"])
-                           for i, (text, _value) in enumerate(budget_vectors())]
+        records.append(
+            _record(
+                f"{100000001000 + i}", f"分页测试商品{i}", [_instruction(7000 + i, "分页", ["分页"])], pricing=[5.0]
+            )
+        )
+    budget_instructions = [
+        _instruction(BUDGET_TASK_BASE + i, text, ["预算"]) for i, (text, _value) in enumerate(budget_vectors())
+    ]
     budget_instructions += [
-        _instruction(BUDGET_TASK_BASE + 900, "买一盏预算不超过500元的台灯", ["预算"],
-                     instruction_simple="找一盏价格在200元以内的台灯"),
+        _instruction(
+            BUDGET_TASK_BASE + 900,
+            "买一盏预算不超过500元的台灯",
+            ["预算"],
+            instruction_simple="找一盏价格在200元以内的台灯",
+        ),
         _instruction(BUDGET_TASK_BASE + 901, "预算不超过900元", ["预算"], price_upper=100),
         _instruction(BUDGET_TASK_BASE + 902, "买一个很贵的东西", ["预算"]),
     ]

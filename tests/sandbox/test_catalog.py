@@ -12,7 +12,11 @@ from shopsim_sandbox.catalog import CatalogError, load_catalog, load_records
 from shopsim_sandbox.cli import main as cli_main
 from shopsim_sandbox.reward import resolve_sku_price
 from shopsim_sandbox.synthetic import (
-    build_split_file, catalog_json, generate_catalog, split_file_json, task_ids_sha256,
+    build_split_file,
+    catalog_json,
+    generate_catalog,
+    split_file_json,
+    task_ids_sha256,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

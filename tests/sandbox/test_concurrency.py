@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from shopsim_sandbox.testing import SandboxServer
 
@@ -44,6 +45,7 @@ async def _run_all(url: str, tasks: list[tuple[int, str]]) -> list[dict]:
         return await asyncio.gather(*(_episode(client, task_id, query) for task_id, query in tasks))
 
 
+@pytest.mark.slow
 def test_64_concurrent_leased_episodes_release_every_slot() -> None:
     with SandboxServer(catalog_size=400, slots=SLOTS, policy=False) as server:
         from shopsim_sandbox.catalog import load_catalog

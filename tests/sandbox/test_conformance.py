@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 import threading
-import time
 
 import httpx
 import pytest
@@ -18,8 +17,19 @@ import pytest
 from shopsim_sandbox.testing import SandboxServer
 
 from .edge_catalog import (
-    ASYMMETRIC_ASIN, BUDGET_TASK_BASE, BULLET_POINTS_ASIN, EQUALS_ASIN, LAMP_ASIN, MANY_VALUES_ASIN, PAGING_COUNT,
-    PRICE_VECTOR_TITLES, PRICE_VECTORS, SUB_TITLE_ASIN, TWIN_ASINS, TWO_PRICE_AXES_ASIN, budget_vectors,
+    ASYMMETRIC_ASIN,
+    BUDGET_TASK_BASE,
+    BULLET_POINTS_ASIN,
+    EQUALS_ASIN,
+    LAMP_ASIN,
+    MANY_VALUES_ASIN,
+    PAGING_COUNT,
+    PRICE_VECTOR_TITLES,
+    PRICE_VECTORS,
+    SUB_TITLE_ASIN,
+    TWIN_ASINS,
+    TWO_PRICE_AXES_ASIN,
+    budget_vectors,
 )
 from .shop import Shop
 
@@ -113,7 +123,8 @@ def test_48_healthz_keys(edge_shop: Shop) -> None:
     assert sorted(health) == ["debug_ui", "environment_slots", "environment_version", "free_slots",
                               "observation_version", "primary_reward", "ready", "replay_ui", "tasks"]
     assert health["primary_reward"] == "r_strict" and health["ready"] is True
-    assert health["environment_slots"] == 4 and health["debug_ui"] == "/debug-ui" and health["replay_ui"] == "/replay-ui"
+    assert health["environment_slots"] == 4
+    assert health["debug_ui"] == "/debug-ui" and health["replay_ui"] == "/replay-ui"
     assert health["environment_version"] == "shopsimulator-paper-aligned-v8"
     assert health["observation_version"] == "shopping-observation-v7"
 
@@ -128,6 +139,7 @@ def test_responses_are_compact_sorted_ascii_json(edge_server: SandboxServer) -> 
 
 # ----- reset (8–11, 52) ------------------------------------------------------------------------------
 
+
 def test_08_09_successful_reset(edge_shop: Shop) -> None:
     first = edge_shop.reset(5000)
     second = edge_shop.reset(5000)
@@ -137,7 +149,12 @@ def test_08_09_successful_reset(edge_shop: Shop) -> None:
         assert answer["message"] == "Task 5000 started" and answer["idx"] == 5000
         assert "instruction" not in answer
         assert answer["observation"] == HOME
-        assert sorted(answer["observation_state"]) == ["actions", "observation_version", "page_type", "search_available"]
+        assert sorted(answer["observation_state"]) == [
+            "actions",
+            "observation_version",
+            "page_type",
+            "search_available",
+        ]
         assert answer["task_mode"] == "standard" and answer["interaction_mode"] == "single_turn"
         assert "private_task_instruction" not in answer and "goal_options" not in answer
     assert first["lease_id"] != second["lease_id"] and first["env_idx"] != second["env_idx"]
@@ -175,6 +192,7 @@ def test_private_goal_fields_only_on_request(edge_shop: Shop) -> None:
 
 # ----- slot pool (12, 16–18, 43) ---------------------------------------------------------------------
 
+
 def test_12_16_17_18_43_slot_pool_blocks_and_releases() -> None:
     with SandboxServer(slots=2, policy=False, catalog_path="example") as server:
         shop = Shop(server.env_url)
@@ -193,7 +211,8 @@ def test_12_16_17_18_43_slot_pool_blocks_and_releases() -> None:
         shop.terminate(a, "generation_length")
         assert shop.health()["free_slots"] == 0
         assert shop.result({"action": "release_one", "env_idx": a["env_idx"], "lease_id": a["lease_id"]}) == {
-            "message": f"Environment {a['env_idx']} has been released"}
+            "message": f"Environment {a['env_idx']} has been released"
+        }
         thread.join(timeout=30)
         assert waiting["answer"]["env_idx"] == a["env_idx"] and waiting["answer"]["lease_id"] != a["lease_id"]
         assert shop.release(a, 409) == {"error": NOT_LEASED.format(a["env_idx"])}
@@ -209,14 +228,21 @@ def test_12_16_17_18_43_slot_pool_blocks_and_releases() -> None:
 
 # ----- lease checks (13–15, 50) ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("op", ["interact", "terminate", "release_one"])
 def test_13_15_50_malformed_env_idx_or_lease(edge_shop: Shop, op: str) -> None:
     episode = edge_shop.reset(5000)
     error = {"error": f"{op} requires a valid env_idx and lease_id"}
     base = {"action": op, "response": "search[x]", "termination_reason": "action_limit"}
     env, lease = episode["env_idx"], episode["lease_id"]
-    bad_bodies = [{"lease_id": lease}, {"env_idx": True, "lease_id": lease}, {"env_idx": float(env), "lease_id": lease},
-                  {"env_idx": str(env), "lease_id": lease}, {"env_idx": env}, {"env_idx": env, "lease_id": ""}]
+    bad_bodies = [
+        {"lease_id": lease},
+        {"env_idx": True, "lease_id": lease},
+        {"env_idx": float(env), "lease_id": lease},
+        {"env_idx": str(env), "lease_id": lease},
+        {"env_idx": env},
+        {"env_idx": env, "lease_id": ""},
+    ]
     bad_bodies += [{"env_idx": env, "lease_id": v} for v in (0, 0.0, False, [], {}, None)]
     for extra in bad_bodies:
         assert edge_shop.result({**base, **extra}, 400) == error, extra
@@ -229,14 +255,17 @@ def test_14_wrong_lease_or_out_of_range_slot(edge_shop: Shop) -> None:
     episode = edge_shop.reset(5000)
     wrong = "0" * 32
     assert edge_shop.step({"env_idx": episode["env_idx"], "lease_id": wrong}, "search[x]", 409) == {
-        "error": NOT_LEASED.format(episode["env_idx"])}
+        "error": NOT_LEASED.format(episode["env_idx"])
+    }
     for env in (4, 99, -1):
         assert edge_shop.step({"env_idx": env, "lease_id": episode["lease_id"]}, "search[x]", 409) == {
-            "error": NOT_LEASED.format(env)}
+            "error": NOT_LEASED.format(env)
+        }
     edge_shop.release(episode)
 
 
 # ----- interact basics (19, 20, 28–30) ---------------------------------------------------------------
+
 
 def test_19_and_non_string_response(edge_shop: Shop) -> None:
     episode = edge_shop.reset(5000)
@@ -245,7 +274,8 @@ def test_19_and_non_string_response(edge_shop: Shop) -> None:
     assert edge_shop.result({**body, "response": None}, 500) == {"error": "interact action requires response parameter"}
     for value, name in [(5, "int"), (1.5, "float"), (True, "bool"), (["x"], "list"), ({}, "dict")]:
         assert edge_shop.result({**body, "response": value}, 500) == {
-            "error": f"'{name}' object has no attribute 'replace'"}
+            "error": f"'{name}' object has no attribute 'replace'"
+        }
     # none of these consumed an action: 30 steps are still available
     for _ in range(29):
         assert edge_shop.step(episode, "click[]")["done"] is False
@@ -257,8 +287,12 @@ def test_20_action_line_with_real_or_escaped_newline(edge_shop: Shop) -> None:
     for text in ["Thought: x\nAction: search[耳机]", "Thought: x\\nAction: search[耳机]"]:
         episode = edge_shop.reset(42)
         answer = edge_shop.step(episode, text)
-        assert answer["action_feedback"] == {"action": "search[耳机]", "message": "搜索已执行", "reason": "executed",
-                                             "valid": True}
+        assert answer["action_feedback"] == {
+            "action": "search[耳机]",
+            "message": "搜索已执行",
+            "reason": "executed",
+            "valid": True,
+        }
         assert answer["observation_state"]["search_text"] == "耳机"
         edge_shop.release(episode)
 
@@ -267,31 +301,38 @@ def _feedback(shop: Shop, episode: dict, response: str) -> dict:
     return shop.step(episode, response)["action_feedback"]
 
 
-@pytest.mark.parametrize("response,reason,message", [
-    ("Action: search[a]\nAction: search[b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
-    ("click[a], click[b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
-    ("click[a] click [b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
-    ("search[x]\nclick[y]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
-    ("click[a]；Search [b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
-    ("buy now", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
-    ("finish", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
-    ("click[x] trailing", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
-    ("click[a\\nb]", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
-    ("[x]", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
-    ("click[]", "empty_argument", "click[...] 的点击值不能为空"),
-    ("click", "empty_argument", "click[...] 的点击值不能为空"),
-    ("search[ ]", "empty_argument", "search[...] 的关键词不能为空"),
-    ("search", "empty_argument", "search[...] 的关键词不能为空"),
-    ("Action:\nAction: click[x]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
-    ("Thought: a\nAction:", "invalid_format", "动作格式无效"),
-    ("Thought: a\nAction: ", "invalid_format", "动作不能为空"),
-    ("   ", "invalid_format", "动作不能为空"),
-    ("buy\rnow", "invalid_format", "动作格式无效"),
-    ("Thought: x Action: click[y]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
-    ("ACTION：click[x]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
-    ("Action: click[a]\nAction: ", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
-    ("click[buy now]", "unavailable_action", "当前页面不存在可点击项：buy now"),
-])
+@pytest.mark.parametrize(
+    "response,reason,message",
+    [
+        (
+            "Action: search[a]\nAction: search[b]",
+            "multiple_actions_not_allowed",
+            "一次调用只能执行一个 search[...] 或 click[...] 动作",
+        ),
+        ("click[a], click[b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
+        ("click[a] click [b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
+        ("search[x]\nclick[y]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
+        ("click[a]；Search [b]", "multiple_actions_not_allowed", "一次调用只能执行一个 search[...] 或 click[...] 动作"),
+        ("buy now", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
+        ("finish", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
+        ("click[x] trailing", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
+        ("click[a\\nb]", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
+        ("[x]", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
+        ("click[]", "empty_argument", "click[...] 的点击值不能为空"),
+        ("click", "empty_argument", "click[...] 的点击值不能为空"),
+        ("search[ ]", "empty_argument", "search[...] 的关键词不能为空"),
+        ("search", "empty_argument", "search[...] 的关键词不能为空"),
+        ("Action:\nAction: click[x]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
+        ("Thought: a\nAction:", "invalid_format", "动作格式无效"),
+        ("Thought: a\nAction: ", "invalid_format", "动作不能为空"),
+        ("   ", "invalid_format", "动作不能为空"),
+        ("buy\rnow", "invalid_format", "动作格式无效"),
+        ("Thought: x Action: click[y]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
+        ("ACTION：click[x]", "invalid_format", "动作必须使用 search[...] 或 click[...] 格式"),
+        ("Action: click[a]\nAction: ", "invalid_format", "动作必须严格使用 search[...] 或 click[...] 格式"),
+        ("click[buy now]", "unavailable_action", "当前页面不存在可点击项：buy now"),
+    ],
+)
 def test_21_22_23_54_55_invalid_actions_on_home(edge_shop: Shop, response: str, reason: str, message: str) -> None:
     episode = edge_shop.reset(5000)
     answer = edge_shop.step(episode, response)
@@ -305,8 +346,14 @@ def test_21_22_23_54_55_invalid_actions_on_home(edge_shop: Shop, response: str, 
 
 
 def test_54_55_action_variants_that_execute(edge_shop: Shop) -> None:
-    for text in ["Action:\nsearch[耳机]", "Action\n:\nsearch[耳机]", "ſearch[耳机]", "SEARCH[耳机]", "Search [耳机]",
-                 "  action :  search[耳机]  "]:
+    for text in [
+        "Action:\nsearch[耳机]",
+        "Action\n:\nsearch[耳机]",
+        "ſearch[耳机]",
+        "SEARCH[耳机]",
+        "Search [耳机]",
+        "  action :  search[耳机]  ",
+    ]:
         episode = edge_shop.reset(42)
         feedback = _feedback(edge_shop, episode, text)
         assert feedback["valid"] and feedback["reason"] == "executed", (text, feedback)
@@ -335,14 +382,27 @@ def test_24_25_28_29_30_results_page(edge_shop: Shop) -> None:
 
 # ----- product page (26, 27, 32, 33, 53, §8.6 labels) ------------------------------------------------
 
+
 def test_26_27_32_33_product_page(edge_shop: Shop) -> None:
     episode = _open(edge_shop, 5000, "智能热洗洗地机", "100000000101")
     state = episode["state"]
-    assert state["actions"] == ["back to search", "< prev", "颜色分类=白色", "颜色分类=黑色", "尺码=标准版", "尺码=大号"]
+    assert state["actions"] == [
+        "back to search",
+        "< prev",
+        "颜色分类=白色",
+        "颜色分类=黑色",
+        "尺码=标准版",
+        "尺码=大号",
+    ]
     assert "selected_price" not in state and "- 价格：1999.0 to 2099.0\n" in episode["observation"]
     buy = edge_shop.step(episode, "click[buy now]")["action_feedback"]
-    assert buy == {"action": "click[buy now]", "message": "购买前还需选择规格轴：颜色分类、尺码",
-                   "missing_option_axes": ["颜色分类", "尺码"], "reason": "incomplete_options", "valid": False}
+    assert buy == {
+        "action": "click[buy now]",
+        "message": "购买前还需选择规格轴：颜色分类、尺码",
+        "missing_option_axes": ["颜色分类", "尺码"],
+        "reason": "incomplete_options",
+        "valid": False,
+    }
     black = edge_shop.step(episode, "click[颜色分类=黑色]")
     assert black["observation_state"]["selected_price"] == 2099.0 and "- 价格：2099.0\n" in black["observation"]
     assert "颜色分类=黑色" not in black["observation_state"]["actions"]
@@ -367,7 +427,9 @@ def test_53_axis_with_more_than_100_values(edge_shop: Shop) -> None:
     assert len(labels) == 148 and labels.count("颜色分类=色001") == 1 and "颜色分类=色149" in labels
     assert "  可选值：" + " / ".join(shown) + "\n" in episode["observation"]
     picked = edge_shop.step(episode, "click[颜色分类=色149]")
-    assert picked["action_feedback"]["valid"] and picked["observation_state"]["selected_options"] == {"颜色分类": "色149"}
+    assert picked["action_feedback"]["valid"] and picked["observation_state"]["selected_options"] == {
+        "颜色分类": "色149"
+    }
     edge_shop.release(episode)
 
 
@@ -385,15 +447,23 @@ def test_product_without_axes_renders_reference_text(edge_shop: Shop) -> None:
     episode = _open(edge_shop, 6009, "简易台灯", LAMP_ASIN)
     assert episode["observation"] == (
         "页面：商品详情\n商品：\n- 标题：简易 台灯\n- ASIN：100000000401\n- 价格：89.0\n- 品牌：光源店\n"
-        "- 类别：家居›灯具\n- 关键属性：护眼\n\n规格选择：\n- 此商品没有规格选项\n规格状态：已选择全部规格，可以购买\n\n"
-        "上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n可点击元素：\n- back to search\n- < prev\n- buy now\n")
+        "- 类别：家居›灯具\n- 关键属性：护眼\n\n"
+        "规格选择：\n- 此商品没有规格选项\n规格状态：已选择全部规格，可以购买\n\n"
+        "上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n"
+        "可点击元素：\n- back to search\n- < prev\n- buy now\n"
+    )
     state = episode["state"]
-    assert (state["available_options"], state["missing_option_axes"], state["options_complete"],
-            state["selected_price"]) == ({}, [], True, 89.0)
+    assert (
+        state["available_options"],
+        state["missing_option_axes"],
+        state["options_complete"],
+        state["selected_price"],
+    ) == ({}, [], True, 89.0)
     edge_shop.release(episode)
 
 
 # ----- search (31, 34–36, 59) ------------------------------------------------------------------------
+
 
 def test_31_35_pagination(edge_shop: Shop) -> None:
     episode = edge_shop.reset(7000)
@@ -420,11 +490,13 @@ def test_34_search_without_hits(edge_shop: Shop) -> None:
     answer = edge_shop.step(episode, "search[zzzz]")
     assert answer["observation"] == (
         "页面：搜索结果\n搜索词：zzzz\n结果：第 1/1 页，共 0 项，当前显示排名 0-0\n\n商品列表：\n（本页没有商品）\n\n"
-        "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行\n\n可点击元素：\n- back to search\n")
+        "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行\n\n可点击元素：\n- back to search\n"
+    )
     assert answer["observation_state"]["actions"] == ["back to search"]
     home = edge_shop.step(episode, "click[back to search]")
-    assert home["observation"] == ("页面：搜索首页\n\n上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n"
-                                   "页面能力：\n- 支持商品搜索\n")
+    assert home["observation"] == (
+        "页面：搜索首页\n\n上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n页面能力：\n- 支持商品搜索\n"
+    )
     edge_shop.release(episode)
 
 
@@ -445,7 +517,9 @@ def test_59_search_fields_and_normalization(edge_shop: Shop) -> None:
         assert [p["asin"] for p in state["products"]] == [asin]
         edge_shop.release(episode)
     episode = edge_shop.reset(6005)
-    assert edge_shop.step(episode, "search[100rmb的杯子]")["observation_state"]["normalized_search_text"] == "100rmb的杯子"
+    assert (
+        edge_shop.step(episode, "search[100rmb的杯子]")["observation_state"]["normalized_search_text"] == "100rmb的杯子"
+    )
     edge_shop.step(episode, "click[back to search]")
     state = edge_shop.step(episode, "search[  迷你，冰箱 100 CNY ]")["observation_state"]
     assert state["normalized_search_text"] == "迷你 冰箱 100元" and state["search_text"] == "  迷你，冰箱 100 CNY "
@@ -457,6 +531,7 @@ def test_59_search_fields_and_normalization(edge_shop: Shop) -> None:
 
 
 # ----- rendering (37) --------------------------------------------------------------------------------
+
 
 def test_37_observation_is_the_rendering_of_the_state(sandbox: SandboxServer) -> None:
     """A walk over the default catalog: every observation re-renders from its state byte for byte."""
@@ -490,22 +565,32 @@ def test_37_observation_is_the_rendering_of_the_state(sandbox: SandboxServer) ->
 
 # ----- counting, limits, termination (38–42) ---------------------------------------------------------
 
+
 def test_38_39_counting_and_limits(edge_shop: Shop) -> None:
     episode = edge_shop.reset(7000)
-    edge_shop.step(episode, "search[分页测试]")                      # 1
-    edge_shop.step(episode, "click[next >]")                          # 2 pagination
-    edge_shop.step(episode, "click[< prev]")                          # 3
-    edge_shop.terminate(episode, "oops", status=500)                  # not counted
-    for _ in range(26):                                               # 4–29 invalid
+    edge_shop.step(episode, "search[分页测试]")  # 1
+    edge_shop.step(episode, "click[next >]")  # 2 pagination
+    edge_shop.step(episode, "click[< prev]")  # 3
+    edge_shop.terminate(episode, "oops", status=500)  # not counted
+    for _ in range(26):  # 4–29 invalid
         assert edge_shop.step(episode, "click[nope]")["done"] is False
-    last = edge_shop.step(episode, "click[nope]")                     # 30
+    last = edge_shop.step(episode, "click[nope]")  # 30
     assert last["done"] is True and last["over"] is True and last["termination_reason"] == "action_limit"
     assert last["reward"] == 0.0 and type(last["reward"]) is float and last["purchase"] == {}
     assert last["message"] == "Invalid action" and last["goal"]["task_id"] == 7000
-    assert last["reward_detail"] == {"price_verifiable": False, "r_att": 0.0, "r_loose": 0.0, "r_option": 0.0,
-                                     "r_price": 0.0, "r_strict": 0.0, "r_success": 0, "r_type": 0.0,
-                                     "reward_version": "shopsimulator-paper-reward-v2", "target_asin_match": False,
-                                     "termination_reason": "action_limit"}
+    assert last["reward_detail"] == {
+        "price_verifiable": False,
+        "r_att": 0.0,
+        "r_loose": 0.0,
+        "r_option": 0.0,
+        "r_price": 0.0,
+        "r_strict": 0.0,
+        "r_success": 0,
+        "r_type": 0.0,
+        "reward_version": "shopsimulator-paper-reward-v2",
+        "target_asin_match": False,
+        "termination_reason": "action_limit",
+    }
     assert last["observation_state"]["page_type"] == "search_results"
     edge_shop.release(episode)
     multi = edge_shop.reset(7000, interaction_mode="multi_turn")
@@ -516,7 +601,7 @@ def test_38_39_counting_and_limits(edge_shop: Shop) -> None:
 
 
 def test_39_purchase_on_the_30th_action_wins(edge_shop: Shop) -> None:
-    episode = _open(edge_shop, 6009, "简易台灯", LAMP_ASIN)      # 2 actions
+    episode = _open(edge_shop, 6009, "简易台灯", LAMP_ASIN)  # 2 actions
     for _ in range(27):
         edge_shop.step(episode, "click[nope]")
     final = edge_shop.step(episode, "click[buy now]")
@@ -532,13 +617,28 @@ def test_40_41_42_terminate(edge_shop: Shop) -> None:
     assert edge_shop.step(episode, "click[back to search]")["done"] is False  # still live
     edge_shop.step(episode, "search[保温杯]")
     ended = edge_shop.terminate(episode, "generation_length")
-    assert sorted(ended) == ["done", "env_idx", "goal", "idx", "lease_id", "message", "observation",
-                             "observation_state", "over", "purchase", "reward", "reward_detail", "termination_reason"]
+    assert sorted(ended) == [
+        "done",
+        "env_idx",
+        "goal",
+        "idx",
+        "lease_id",
+        "message",
+        "observation",
+        "observation_state",
+        "over",
+        "purchase",
+        "reward",
+        "reward_detail",
+        "termination_reason",
+    ]
     assert ended["done"] is ended["over"] is True and ended["reward"] == 0.0
     assert ended["message"] == "Episode terminated: generation_length"
     assert ended["observation_state"]["page_type"] == "search_results"
     assert len(ended["reward_detail"]) == 11 and ended["reward_detail"]["termination_reason"] == "generation_length"
-    assert edge_shop.step(episode, "search[x]", 500) == {"error": "episode is already terminated; reset before stepping"}
+    assert edge_shop.step(episode, "search[x]", 500) == {
+        "error": "episode is already terminated; reset before stepping"
+    }
     assert edge_shop.terminate(episode, status=500) == {"error": "episode is already terminated"}
     edge_shop.release(episode)
     fresh = edge_shop.reset(5001)
@@ -549,9 +649,27 @@ def test_40_41_42_terminate(edge_shop: Shop) -> None:
 
 # ----- reward (44–46, 56–58) -------------------------------------------------------------------------
 
-REWARD_KEYS = sorted(["reward_version", "termination_reason", "r_type", "category_match", "title_score",
-                      "num_attr_matches", "num_option_matches", "r_att", "r_option", "r_price", "r_loose", "r_strict",
-                      "r_success", "target_asin_match", "price_verifiable", "price_upper", "price_resolution"])
+REWARD_KEYS = sorted(
+    [
+        "reward_version",
+        "termination_reason",
+        "r_type",
+        "category_match",
+        "title_score",
+        "num_attr_matches",
+        "num_option_matches",
+        "r_att",
+        "r_option",
+        "r_price",
+        "r_loose",
+        "r_strict",
+        "r_success",
+        "target_asin_match",
+        "price_verifiable",
+        "price_upper",
+        "price_resolution",
+    ]
+)
 
 
 def test_44_45_purchase_reward(edge_shop: Shop) -> None:
@@ -562,15 +680,25 @@ def test_44_45_purchase_reward(edge_shop: Shop) -> None:
     assert sorted(final["reward_detail"]) == REWARD_KEYS
     assert final["reward"] == final["reward_detail"]["r_strict"] == 1.0 and final["reward_detail"]["r_success"] == 1
     assert final["message"] == "Continue interaction" and final["observation_state"]["page_type"] == "terminal"
-    assert sorted(final["purchase"]) == ["asin", "attributes", "category", "instruction_text", "name", "options",
-                                         "price", "product_category"]
+    assert sorted(final["purchase"]) == [
+        "asin",
+        "attributes",
+        "category",
+        "instruction_text",
+        "name",
+        "options",
+        "price",
+        "product_category",
+    ]
     edge_shop.release(episode)
 
 
 def test_46_fuzzy_subset_and_mismatch(edge_shop: Shop) -> None:
     episode = _open(edge_shop, 6008, "不对称颜色围巾", ASYMMETRIC_ASIN)
     edge_shop.step(episode, "click[颜色分类=白色 | 大号]")
-    assert edge_shop.step(episode, "click[buy now]")["reward_detail"]["num_option_matches"] == 1  # 白色 vs 白色 | 大号 = 100
+    assert (
+        edge_shop.step(episode, "click[buy now]")["reward_detail"]["num_option_matches"] == 1
+    )  # 白色 vs 白色 | 大号 = 100
     edge_shop.release(episode)
     from shopsim_sandbox.fuzzy import score
 
@@ -619,10 +747,14 @@ def test_58_two_price_affecting_axes_are_served(edge_shop: Shop) -> None:
 
 # ----- budget parser over HTTP (47) ------------------------------------------------------------------
 
+
 def test_47_budget_vectors_reach_the_goal(edge_shop: Shop) -> None:
     expected = [(BUDGET_TASK_BASE + i, text, value) for i, (text, value) in enumerate(budget_vectors())]
-    expected += [(BUDGET_TASK_BASE + 900, "simple wins", 200.0), (BUDGET_TASK_BASE + 901, "precomputed", 100.0),
-                 (BUDGET_TASK_BASE + 902, "never the gold price", None)]
+    expected += [
+        (BUDGET_TASK_BASE + 900, "simple wins", 200.0),
+        (BUDGET_TASK_BASE + 901, "precomputed", 100.0),
+        (BUDGET_TASK_BASE + 902, "never the gold price", None),
+    ]
     wrong = []
     for task_id, text, value in expected:
         episode = edge_shop.reset(task_id)

@@ -33,7 +33,7 @@ RESULTS = (
     "   关键属性：静音；无线\n"
     "2. 智能热洗白色洗地机\n   ASIN：100000000101\n   价格：1999.0 to 2099.0\n   品牌：洁净旗舰店\n"
     "   类别：家电›清洁电器›洗地机\n   关键属性：智能；热洗\n\n"
-    "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行\n\n可点击元素：\n- back to search\n- 100000000102\n- 100000000101\n"
+    "上次交互结果：\n- 结果：成功\n- 说明：搜索已执行\n\n可点击元素：\n- back to search\n- 100000000102\n- 100000000101\n"  # noqa: E501 (page text)
 )
 DETAIL = (
     "页面：商品详情\n商品：\n- 标题：智能热洗白色洗地机\n- ASIN：100000000101\n- 价格：1999.0 to 2099.0\n"
@@ -46,15 +46,26 @@ INSTRUCTION = "想买一台智能热洗的白色洗地机，预算不超过2100�
 DETAIL_ACTIONS = ["back to search", "< prev", "颜色分类=黑色", "颜色分类=白色", "尺码=标准版", "尺码=大号"]
 
 
-def _request(observation: str, state: dict[str, Any], *, history: list[dict[str, Any]] | None = None,
-             **extra: Any) -> dict[str, Any]:
-    messages = [{"role": "system", "content": "系统提示"},
-                {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME}]
+def _request(
+    observation: str, state: dict[str, Any], *, history: list[dict[str, Any]] | None = None, **extra: Any
+) -> dict[str, Any]:
+    messages = [
+        {"role": "system", "content": "系统提示"},
+        {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME},
+    ]
     if history is not None:
         messages += history
         messages.append({"role": "tool", "tool_call_id": "call-x", "content": observation})
-    body = {"model": SERVED_MODEL, "messages": messages, "stream": False, "temperature": 0.6, "max_tokens": 4096,
-            "seed": 7, "tools": tools_for_state(state), "tool_choice": "auto"}
+    body = {
+        "model": SERVED_MODEL,
+        "messages": messages,
+        "stream": False,
+        "temperature": 0.6,
+        "max_tokens": 4096,
+        "seed": 7,
+        "tools": tools_for_state(state),
+        "tool_choice": "auto",
+    }
     body.update(extra)
     return body
 
@@ -65,13 +76,19 @@ def _post(app: Any, body: Any, path: str = "/v1/chat/completions", **kwargs: Any
             if isinstance(body, (bytes, str)):
                 return await client.post(path, content=body, **kwargs)
             return await client.post(path, json=body, **kwargs)
+
     return asyncio.run(go())
 
 
 def _history(name: str, value: str) -> list[dict[str, Any]]:
     arguments = json.dumps({"query": value} if name == "search" else {"value": value}, ensure_ascii=False)
-    return [{"role": "assistant", "content": None,
-             "tool_calls": [{"id": "call-x", "type": "function", "function": {"name": name, "arguments": arguments}}]}]
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call-x", "type": "function", "function": {"name": name, "arguments": arguments}}],
+        }
+    ]
 
 
 def test_models_lists_the_served_model() -> None:
@@ -80,6 +97,7 @@ def test_models_lists_the_served_model() -> None:
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://policy") as client:
             return await client.get("/v1/models")
+
     data = asyncio.run(go()).json()
     assert data["object"] == "list" and [m["id"] for m in data["data"]] == [SERVED_MODEL]
 
@@ -116,19 +134,29 @@ def test_product_page_chooses_the_mentioned_option_then_the_first_value() -> Non
     (call,) = _post(build_policy_app(lapses=False), body).json()["choices"][0]["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"value": "颜色分类=白色"}
     # With colour chosen, the size axis (not mentioned) gets its first value.
-    observation = DETAIL.replace("- 颜色分类：尚未选择", "- 颜色分类：已选择 白色").replace(
-        "仍需选择：颜色分类、尺码", "仍需选择：尺码").replace("- 颜色分类=白色\n", "")
+    observation = (
+        DETAIL.replace("- 颜色分类：尚未选择", "- 颜色分类：已选择 白色")
+        .replace("仍需选择：颜色分类、尺码", "仍需选择：尺码")
+        .replace("- 颜色分类=白色\n", "")
+    )
     actions = [a for a in DETAIL_ACTIONS if a != "颜色分类=白色"]
-    t = read_transcript(_request(observation, {"actions": actions}, history=[])["messages"],
-                        tools_for_state({"actions": actions}))
+    t = read_transcript(
+        _request(observation, {"actions": actions}, history=[])["messages"], tools_for_state({"actions": actions})
+    )
     import random
+
     assert decide_action(t, random.Random(0)).value == "尺码=标准版"
 
 
 def test_product_missing_a_wish_or_over_budget_is_left_for_the_results_page() -> None:
     import random
-    base = dict(observation=DETAIL, click_enum=DETAIL_ACTIONS, tools_offered=True,
-                past_actions=[("search", "x"), ("click", "100000000101")])
+
+    base = dict(
+        observation=DETAIL,
+        click_enum=DETAIL_ACTIONS,
+        tools_offered=True,
+        past_actions=[("search", "x"), ("click", "100000000101")],
+    )
     # The user wants headphones: this cleaner page lacks the wish, so go back to the list.
     t = Transcript(instruction="买一副耳机", **base)
     assert decide_action(t, random.Random(0)).value == "< prev"
@@ -140,22 +168,34 @@ def test_product_missing_a_wish_or_over_budget_is_left_for_the_results_page() ->
     assert decide_action(t, random.Random(0), Lapses(ignore_budget=True)).value == "颜色分类=白色"
     t = Transcript(instruction="买一副耳机", **base)
     assert decide_action(t, random.Random(0), Lapses(impatient=True)).value == "颜色分类=黑色"
-    assert decide_action(Transcript(instruction=INSTRUCTION, **base), random.Random(0),
-                         Lapses(first_option=True)).value == "颜色分类=黑色"
+    assert (
+        decide_action(Transcript(instruction=INSTRUCTION, **base), random.Random(0), Lapses(first_option=True)).value
+        == "颜色分类=黑色"
+    )
 
 
 def test_results_page_skips_products_already_opened() -> None:
     import random
-    t = Transcript(instruction=INSTRUCTION, observation=RESULTS, click_enum=["back to search", "100000000102",
-                                                                            "100000000101"],
-                   tools_offered=True, past_actions=[("search", "x"), ("click", "100000000101")])
+
+    t = Transcript(
+        instruction=INSTRUCTION,
+        observation=RESULTS,
+        click_enum=["back to search", "100000000102", "100000000101"],
+        tools_offered=True,
+        past_actions=[("search", "x"), ("click", "100000000101")],
+    )
     assert decide_action(t, random.Random(0)).value == "100000000102"
     t.past_actions.append(("click", "100000000102"))
     # Both seen and no further page: settle for the best one again; on the revisit it is bought.
     assert decide_action(t, random.Random(0)).value == "100000000101"
     t.past_actions.append(("click", "100000000101"))
-    revisit = Transcript(instruction="买一副耳机", observation=DETAIL, click_enum=DETAIL_ACTIONS, tools_offered=True,
-                         past_actions=t.past_actions)
+    revisit = Transcript(
+        instruction="买一副耳机",
+        observation=DETAIL,
+        click_enum=DETAIL_ACTIONS,
+        tools_offered=True,
+        past_actions=t.past_actions,
+    )
     assert decide_action(revisit, random.Random(0)).value == "颜色分类=黑色"
 
 
@@ -192,13 +232,21 @@ def test_click_values_always_come_from_the_enum_and_search_only_when_offered() -
 
 
 def test_persona_document_drives_option_choice() -> None:
-    transcript = Transcript(instruction="买一台洗地机", persona_text="喜欢白色 节省", observation=DETAIL,
-                            click_enum=DETAIL_ACTIONS, tools_offered=True)
-    messages = [{"role": "system", "content": '提示\n\n用户个人文档：\n{"偏好": "喜欢白色", "用户ID": "u-1"}'},
-                {"role": "user", "content": "购物任务：\n买一副耳机\n\n" + HOME}]
+    transcript = Transcript(
+        instruction="买一台洗地机",
+        persona_text="喜欢白色 节省",
+        observation=DETAIL,
+        click_enum=DETAIL_ACTIONS,
+        tools_offered=True,
+    )
+    messages = [
+        {"role": "system", "content": '提示\n\n用户个人文档：\n{"偏好": "喜欢白色", "用户ID": "u-1"}'},
+        {"role": "user", "content": "购物任务：\n买一副耳机\n\n" + HOME},
+    ]
     parsed = read_transcript(messages, None)
     assert parsed.instruction == "买一副耳机" and parsed.persona_text == "喜欢白色"
     import random
+
     assert decide_action(transcript, random.Random(0)).value == "颜色分类=白色"
 
 
@@ -232,12 +280,15 @@ def test_same_request_same_answer_and_seed_dependence() -> None:
     assert a["id"] == b["id"] and a["choices"] == b["choices"]
 
 
-@pytest.mark.parametrize(("body", "status"), [
-    (b"not json", 400),
-    (b"[1, 2]", 400),
-    (json.dumps({"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode(), 404),
-    (json.dumps({"model": SERVED_MODEL, "messages": []}).encode(), 400),
-])
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"not json", 400),
+        (b"[1, 2]", 400),
+        (json.dumps({"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode(), 404),
+        (json.dumps({"model": SERVED_MODEL, "messages": []}).encode(), 400),
+    ],
+)
 def test_bad_requests_get_openai_error_bodies(body: bytes, status: int) -> None:
     response = _post(build_policy_app(), body, headers={"content-type": "application/json"})
     assert response.status_code == status
@@ -247,10 +298,11 @@ def test_bad_requests_get_openai_error_bodies(body: bytes, status: int) -> None:
 
 # --- streaming -----------------------------------------------------------------------------------
 
+
 def _sse_payloads(text: str) -> list[Any]:
     lines = [line for line in text.split("\n") if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
-    return [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    return [json.loads(line[len("data: ") :]) for line in lines[:-1]]
 
 
 def _assemble(payloads: list[dict[str, Any]]) -> dict[str, Any]:
@@ -269,15 +321,28 @@ def _assemble(payloads: list[dict[str, Any]]) -> dict[str, Any]:
                 function = fragment.get("function") or {}
                 slot["name"] += function.get("name") or ""
                 slot["arguments"] += function.get("arguments") or ""
-    return {"content": content, "reasoning": reasoning, "finish": finish, "usage": usage,
-            "calls": [calls[i] for i in sorted(calls)]}
+    return {
+        "content": content,
+        "reasoning": reasoning,
+        "finish": finish,
+        "usage": usage,
+        "calls": [calls[i] for i in sorted(calls)],
+    }
 
 
 def test_streaming_assembles_to_the_non_streaming_answer() -> None:
     state = {"search_available": False, "actions": DETAIL_ACTIONS}
     plain = _post(build_policy_app(), _request(DETAIL, state, history=_history("click", "100000000101"))).json()
-    response = _post(build_policy_app(), _request(DETAIL, state, history=_history("click", "100000000101"),
-                                                  stream=True, stream_options={"include_usage": True}))
+    response = _post(
+        build_policy_app(),
+        _request(
+            DETAIL,
+            state,
+            history=_history("click", "100000000101"),
+            stream=True,
+            stream_options={"include_usage": True},
+        ),
+    )
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     payloads = _sse_payloads(response.text)
     assert all(p["object"] == "chat.completion.chunk" and p["id"] == payloads[0]["id"] for p in payloads)
@@ -300,13 +365,18 @@ def test_streaming_without_include_usage_has_no_usage() -> None:
 
 # --- whole episodes against the real environment app (in process) ---------------------------------
 
+
 def test_plays_example_tasks_to_a_purchase() -> None:
     async def go() -> list[dict[str, Any]]:
         env_app = build_env_app(example_catalog(), slots=2)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=env_app), base_url="http://env") as env, \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=build_policy_app(lapses=False)),
-                                  base_url="http://policy/v1") as model:
+        async with (
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=env_app), base_url="http://env") as env,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=build_policy_app(lapses=False)), base_url="http://policy/v1"
+            ) as model,
+        ):
             return [await play_episode(env, model, task_id, persona=False) for task_id in (5000, 5001, 42)]
+
     a, c, b = asyncio.run(go())
     assert a["termination_reason"] == "purchase" and a["reward"] == 1.0
     assert a["purchase"]["options"] == {"颜色分类": "白色", "尺码": "标准版"}
@@ -323,16 +393,37 @@ def test_search_query_drops_budget_and_filler() -> None:
 
 
 def test_calls_rejected_as_protocol_errors_are_not_past_actions() -> None:
-    feedback = json.dumps({"type": "tool_protocol_error", "code": "tool_call_count", "message": "m",
-                           "instruction": "i", "available_tools": ["click"]}, ensure_ascii=False)
+    feedback = json.dumps(
+        {
+            "type": "tool_protocol_error",
+            "code": "tool_call_count",
+            "message": "m",
+            "instruction": "i",
+            "available_tools": ["click"],
+        },
+        ensure_ascii=False,
+    )
     messages = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME},
         *_history("search", "洗地机"),
         {"role": "tool", "tool_call_id": "call-x", "content": RESULTS},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "click", "arguments": '{"value": "100000000101"}'}},
-            {"id": "b", "type": "function", "function": {"name": "click", "arguments": '{"value": "100000000101"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "click", "arguments": '{"value": "100000000101"}'},
+                },
+                {
+                    "id": "b",
+                    "type": "function",
+                    "function": {"name": "click", "arguments": '{"value": "100000000101"}'},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "a", "content": feedback},
         {"role": "tool", "tool_call_id": "b", "content": feedback},
         {"role": "user", "content": feedback},

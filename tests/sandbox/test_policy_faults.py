@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from shopsim_sandbox import policy as policy_module
 from shopsim_sandbox.faults import (
     FaultConfig,
     FaultInjector,
@@ -19,6 +18,7 @@ from shopsim_sandbox.faults import (
     fault_config_to_argv,
 )
 from shopsim_sandbox.policy import SERVED_MODEL, build_policy_app, tools_for_state
+from shopsim_sandbox.policy import server as policy_module
 
 HOME = "页面：搜索首页\n\n页面能力：\n- 支持商品搜索\n"
 

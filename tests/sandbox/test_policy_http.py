@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -60,9 +61,17 @@ def test_models_over_http(servers: tuple[str, str]) -> None:
 
 def test_streaming_over_http(servers: tuple[str, str]) -> None:
     _env, policy = servers
-    body = {"model": SERVED_MODEL, "stream": True, "stream_options": {"include_usage": True}, "seed": 1,
-            "messages": [{"role": "user", "content": "购物任务：\n买一副耳机\n\n页面：搜索首页\n\n页面能力：\n- 支持商品搜索\n"}],
-            "tools": tools_for_state({"search_available": True, "actions": []}), "tool_choice": "auto"}
+    body = {
+        "model": SERVED_MODEL,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "seed": 1,
+        "messages": [
+            {"role": "user", "content": "购物任务：\n买一副耳机\n\n页面：搜索首页\n\n页面能力：\n- 支持商品搜索\n"}
+        ],
+        "tools": tools_for_state({"search_available": True, "actions": []}),
+        "tool_choice": "auto",
+    }
     lines: list[str] = []
     with httpx.stream("POST", policy + "/chat/completions", json=body) as response:
         assert response.status_code == 200
@@ -70,8 +79,12 @@ def test_streaming_over_http(servers: tuple[str, str]) -> None:
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     payloads = [json.loads(line[6:]) for line in lines[:-1]]
-    arguments = "".join(f.get("function", {}).get("arguments", "") for p in payloads for c in p["choices"]
-                        for f in c["delta"].get("tool_calls") or [])
+    arguments = "".join(
+        f.get("function", {}).get("arguments", "")
+        for p in payloads
+        for c in p["choices"]
+        for f in c["delta"].get("tool_calls") or []
+    )
     assert json.loads(arguments) == {"query": "耳机"}
     assert payloads[-1]["usage"]["total_tokens"] > 0
 
@@ -86,6 +99,28 @@ def test_example_tasks_over_http(servers: tuple[str, str]) -> None:
 
 def test_injected_429_over_http() -> None:
     with _ServerThread(build_policy_app(faults=FaultConfig(rate_429=1.0))) as url:
-        response = httpx.post(url + "/v1/chat/completions",
-                              json={"model": SERVED_MODEL, "messages": [{"role": "user", "content": "x"}]})
+        response = httpx.post(
+            url + "/v1/chat/completions", json={"model": SERVED_MODEL, "messages": [{"role": "user", "content": "x"}]}
+        )
     assert response.status_code == 429 and response.json()["code"] == 429
+
+
+def test_measuring_cli_plays_a_split_and_refuses_bad_split_files(tmp_path, sandbox, capsys) -> None:
+    """``python -m shopsim_sandbox.policy``: one JSON summary line for a split; a bad split file is one
+    line naming the file, exit 2."""
+    from shopsim_sandbox.policy.__main__ import main
+
+    task_ids = json.loads(Path(sandbox.split_file).read_text(encoding="utf-8"))["splits"]["val"]["task_ids"][:2]
+    split = tmp_path / "two.json"
+    split.write_text(json.dumps({"splits": {"val": {"task_ids": task_ids}}}), encoding="utf-8")
+    assert main(["--env-url", sandbox.env_url, "--policy-url", sandbox.policy_url, "--split-file", str(split)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 2 and 0 <= summary["successes"] <= 2
+    for bad, expected in ((tmp_path / "missing.json", "cannot read the split file"),
+                          (split, "no splits.test.task_ids")):
+        with pytest.raises(SystemExit) as info:
+            main(["--env-url", sandbox.env_url, "--policy-url", sandbox.policy_url, "--split-file", str(bad),
+                  "--split", "test"])
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"python -m shopsim_sandbox.policy: error: {bad}: ") and expected in err

@@ -16,9 +16,7 @@ import httpx
 import pytest
 
 from shopsim_sandbox.policy import (
-    LAPSE_FIRST_OPTION,
     SERVED_MODEL,
-    SKILL_LAPSE_FACTOR,
     Lapses,
     build_policy_app,
     hinted_lapses,
@@ -36,16 +34,18 @@ RESULTS_PRICEY = RESULTS.replace("1999.0 to 2099.0", "2599.0")  # the better mat
 
 
 def _detail(title: str, price: str, attributes: str = "智能；热洗") -> str:
-    return (f"页面：商品详情\n商品：\n- 标题：{title}\n- ASIN：100000000101\n- 价格：{price}\n"
-            f"- 品牌：洁净旗舰店\n- 类别：家电›清洁电器›洗地机\n- 关键属性：{attributes}\n\n规格选择：\n- 颜色分类：尚未选择\n"
-            "  可选值：黑色 / 白色\n- 尺码：尚未选择\n  可选值：标准版 / 大号\n仍需选择：颜色分类、尺码\n\n"
-            "上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n可点击元素：\n- back to search\n- < prev\n- 颜色分类=黑色\n"
-            "- 颜色分类=白色\n- 尺码=标准版\n- 尺码=大号\n")
+    return (
+        f"页面：商品详情\n商品：\n- 标题：{title}\n- ASIN：100000000101\n- 价格：{price}\n"
+        f"- 品牌：洁净旗舰店\n- 类别：家电›清洁电器›洗地机\n- 关键属性：{attributes}\n\n规格选择：\n- 颜色分类：尚未选择\n"  # noqa: E501 (page text)
+        "  可选值：黑色 / 白色\n- 尺码：尚未选择\n  可选值：标准版 / 大号\n仍需选择：颜色分类、尺码\n\n"
+        "上次交互结果：\n- 结果：成功\n- 说明：点击已执行\n\n可点击元素：\n- back to search\n- < prev\n- 颜色分类=黑色\n"  # noqa: E501 (page text)
+        "- 颜色分类=白色\n- 尺码=标准版\n- 尺码=大号\n"
+    )
 
 
-DETAIL_OK = _detail("智能热洗白色洗地机", "1999.0 to 2099.0")      # fits: only the option choice shows
+DETAIL_OK = _detail("智能热洗白色洗地机", "1999.0 to 2099.0")  # fits: only the option choice shows
 DETAIL_MISSING = _detail("静音无线洗地机", "1999.0", "静音；无线")  # lacks 智能热洗: patient play goes back
-DETAIL_PRICEY = _detail("智能热洗白色洗地机", "2599.0")           # over budget: careful play goes back
+DETAIL_PRICEY = _detail("智能热洗白色洗地机", "2599.0")  # over budget: careful play goes back
 PAGES = (HOME, RESULTS, RESULTS_PRICEY, DETAIL_OK, DETAIL_MISSING, DETAIL_PRICEY)
 
 HINT_OPTIONS = "### 逐项选规格\n- Procedure:\n  1. 对每个规格轴逐一点击与要求最接近的值，不要保留默认值"
@@ -66,23 +66,48 @@ def _system(hints: list[str]) -> str:
 
 def _body(page: str, episode_seed: int, hints: list[str]) -> dict[str, Any]:
     """A request on ``page`` (HOME, RESULTS after a search, or a detail page after search + click)."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": _system(hints)},
-                                      {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": _system(hints)},
+        {"role": "user", "content": "购物任务：\n" + INSTRUCTION + "\n\n" + HOME},
+    ]
     turns = 0
-    steps = [] if page == HOME else [("search", "洗地机", page)] if page.startswith("页面：搜索结果") else \
-        [("search", "洗地机", RESULTS), ("click", "100000000101", page)]
+    steps = (
+        []
+        if page == HOME
+        else [("search", "洗地机", page)]
+        if page.startswith("页面：搜索结果")
+        else [("search", "洗地机", RESULTS), ("click", "100000000101", page)]
+    )
     for name, value, observation in steps:
         arguments = json.dumps({"query": value} if name == "search" else {"value": value}, ensure_ascii=False)
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{turns}", "type": "function", "function": {"name": name, "arguments": arguments}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{turns}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"c{turns}", "content": observation})
         turns += 1
-    state = ({"search_available": True, "actions": []} if page == HOME else
-             {"search_available": False, "actions": ["back to search", "100000000102", "100000000101"]}
-             if page.startswith("页面：搜索结果") else {"search_available": False, "actions": DETAIL_ACTIONS})
+    state = (
+        {"search_available": True, "actions": []}
+        if page == HOME
+        else {"search_available": False, "actions": ["back to search", "100000000102", "100000000101"]}
+        if page.startswith("页面：搜索结果")
+        else {"search_available": False, "actions": DETAIL_ACTIONS}
+    )
     # The runtime sends seed = episode seed + step - 1.
-    return {"model": SERVED_MODEL, "messages": messages, "seed": episode_seed + turns, "temperature": 0.6,
-            "max_tokens": 4096, "tools": tools_for_state(state), "tool_choice": "auto"}
+    return {
+        "model": SERVED_MODEL,
+        "messages": messages,
+        "seed": episode_seed + turns,
+        "temperature": 0.6,
+        "max_tokens": 4096,
+        "tools": tools_for_state(state),
+        "tool_choice": "auto",
+    }
 
 
 def _decisions(app: Any, page: str, hints: list[str], seeds: range) -> list[str]:
@@ -93,6 +118,7 @@ def _decisions(app: Any, page: str, hints: list[str], seeds: range) -> list[str]
                 answer = (await client.post("/v1/chat/completions", json=_body(page, seed, hints))).json()
                 out.append(answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
             return out
+
     return asyncio.run(go())
 
 
@@ -119,12 +145,16 @@ def _rate(decisions: list[str], lapse_value: str) -> float:
     return sum(_is_lapse(d, lapse_value) for d in decisions) / len(decisions)
 
 
-@pytest.mark.parametrize(("page", "hint", "lapse_value"), [
-    (DETAIL_OK, HINT_OPTIONS, "颜色分类=黑色"),          # first option instead of the asked-for 白色
-    (DETAIL_MISSING, HINT_COMPARE, "颜色分类="),          # goes on to buy although 智能热洗 is missing
-    (RESULTS_PRICEY, HINT_BUDGET, "100000000101"),        # opens the better match although it is over budget
-    (HOME, HINT_SEARCH, "智能热洗 白色洗地机"),            # instruction words only, persona wishes dropped
-], ids=["first_option", "impatient", "ignore_budget", "terse_query"])
+@pytest.mark.parametrize(
+    ("page", "hint", "lapse_value"),
+    [
+        (DETAIL_OK, HINT_OPTIONS, "颜色分类=黑色"),  # first option instead of the asked-for 白色
+        (DETAIL_MISSING, HINT_COMPARE, "颜色分类="),  # goes on to buy although 智能热洗 is missing
+        (RESULTS_PRICEY, HINT_BUDGET, "100000000101"),  # opens the better match although it is over budget
+        (HOME, HINT_SEARCH, "智能热洗 白色洗地机"),  # instruction words only, persona wishes dropped
+    ],
+    ids=["first_option", "impatient", "ignore_budget", "terse_query"],
+)
 def test_a_relevant_hint_makes_its_lapse_rarer_and_only_removes_lapses(page: str, hint: str, lapse_value: str) -> None:
     app = build_policy_app(seed=0)
     bare = _decisions(app, page, [], SEEDS)
@@ -141,15 +171,34 @@ def test_a_relevant_hint_makes_its_lapse_rarer_and_only_removes_lapses(page: str
     assert sum(b != h for b, h in zip(bare, hinted)) == removed + reversed_
 
 
-def test_first_option_rate_is_near_a_quarter_of_the_base_rate() -> None:
+def test_first_option_lapses_are_exactly_the_hinted_draws() -> None:
+    """A hinted first-option lapse happens exactly when its draw falls below a quarter of the base rate.
+
+    The expected episodes are recomputed from the policy's seeding rule (app seed, episode seed,
+    instruction, persona) and ``Lapses.draw`` with the hinted set; the served decisions must match
+    them one for one, not merely in rate.
+    """
     app = build_policy_app(seed=0)
-    rate = _rate(_decisions(app, DETAIL_OK, [HINT_OPTIONS], range(400)), "颜色分类=黑色")
-    expected = LAPSE_FIRST_OPTION * SKILL_LAPSE_FACTOR
-    assert 0.5 * expected <= rate <= 1.6 * expected, rate
+    seeds = range(400)
+    served = [_is_lapse(d, "颜色分类=黑色") for d in _decisions(app, DETAIL_OK, [HINT_OPTIONS], seeds)]
+    expected = []
+    for seed in seeds:
+        body = _body(DETAIL_OK, seed, [HINT_OPTIONS])
+        t = read_transcript(body["messages"], body["tools"])
+        draw = random.Random(f"0|{seed}|{t.instruction}|{t.persona_text}")
+        expected.append(Lapses.draw(draw, hinted_lapses(t.skill_hints)).first_option)
+    assert "first_option" in hinted_lapses(
+        read_transcript(_body(DETAIL_OK, 0, [HINT_OPTIONS])["messages"], None).skill_hints
+    )
+    assert served == expected
+    assert sum(expected) < sum(  # the hint made the lapse rarer than the unhinted draws of the same seeds
+        Lapses.draw(random.Random(f"0|{seed}|{t.instruction}|{t.persona_text}")).first_option for seed in seeds
+    )
 
 
-@pytest.mark.parametrize("page", PAGES, ids=["home", "results", "results_pricey", "detail_ok", "detail_missing",
-                                             "detail_pricey"])
+@pytest.mark.parametrize(
+    "page", PAGES, ids=["home", "results", "results_pricey", "detail_ok", "detail_missing", "detail_pricey"]
+)
 def test_an_unrelated_hint_changes_no_decision(page: str) -> None:
     app = build_policy_app(seed=0)
     assert _decisions(app, page, [HINT_UNRELATED], range(60)) == _decisions(app, page, [], range(60))
@@ -179,8 +228,8 @@ def test_draw_with_no_hint_is_the_plain_draw() -> None:
 
 def test_cues_read_the_rule_based_miners_chunks() -> None:
     """The chunks the project's rule-based miner writes for the failures these lapses cause are heard."""
-    from shopsimrl_core.skills._candidates import FailureGroup, RuleBasedMiner, render_chunk
     from shopsimrl_core.episode._prompts import load_prompt
+    from shopsimrl_core.skills._candidates import FailureGroup, RuleBasedMiner, render_chunk
 
     def heard(label: str) -> frozenset[str]:
         (chunk,) = RuleBasedMiner().propose(FailureGroup(label=label, support=2))
@@ -190,11 +239,19 @@ def test_cues_read_the_rule_based_miners_chunks() -> None:
     assert "impatient" in heard("outcome:missing_attributes")
     assert "terse_query" in heard("outcome:wrong_type")
     assert "ignore_budget" in heard("outcome:over_budget") and "ignore_budget" in heard("budget:ignored")
-    for label in ("outcome:action_limit", "outcome:generation_length", "behaviour:loop", "outcome:price_unverifiable",
-                  "invalid_action:unavailable_action", "protocol_error:tool_call_count"):
+    for label in (
+        "outcome:action_limit",
+        "outcome:generation_length",
+        "behaviour:loop",
+        "outcome:price_unverifiable",
+        "invalid_action:unavailable_action",
+        "protocol_error:tool_call_count",
+    ):
         assert heard(label) == frozenset(), label
     # The runtime's own system message (persona section, then skill block) parses as intended.
     (chunk,) = RuleBasedMiner().propose(FailureGroup(label="outcome:wrong_option", support=2))
     system = load_prompt().system_message(PERSONA, [{"skill_id": "a", "version": "1", "content": render_chunk(chunk)}])
-    t = read_transcript([{"role": "system", "content": system}, {"role": "user", "content": "购物任务：\n买耳机"}], None)
+    t = read_transcript(
+        [{"role": "system", "content": system}, {"role": "user", "content": "购物任务：\n买耳机"}], None
+    )
     assert t.skill_hints == [render_chunk(chunk)] and t.persona_text == "喜欢大号"

@@ -7,12 +7,14 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from shopsim_sandbox.faults import FaultConfig
 from shopsim_sandbox.policy import measure_success
 from shopsim_sandbox.testing import SandboxServer
 
 
+@pytest.mark.slow
 def test_val_success_rate_is_informative(sandbox: SandboxServer) -> None:
     split = json.loads(sandbox.split_file.read_text(encoding="utf-8"))
     task_ids = split["splits"]["val"]["task_ids"]
@@ -29,6 +31,7 @@ def test_val_success_rate_is_informative(sandbox: SandboxServer) -> None:
     assert health["free_slots"] == health["environment_slots"]
 
 
+@pytest.mark.slow
 def test_skill_hints_in_the_system_message_raise_success_over_http(sandbox: SandboxServer) -> None:
     split = json.loads(sandbox.split_file.read_text(encoding="utf-8"))
     task_ids = split["splits"]["val"]["task_ids"]
@@ -48,9 +51,19 @@ def test_skill_hints_in_the_system_message_raise_success_over_http(sandbox: Sand
 def test_policy_fault_flags_reach_the_served_policy() -> None:
     faults = FaultConfig(malformed_rate=1.0, malformed_kinds=("bad_json",), seed=4)
     with SandboxServer(catalog_path="example", slots=2, policy_faults=faults) as server:
-        body = {"model": server.served_model, "messages": [{"role": "user", "content": "购物任务：\n买一副耳机\n\n页面：搜索首页\n"}],
-                "tools": [{"type": "function", "function": {"name": "search", "parameters": {
-                    "type": "object", "properties": {"query": {"type": "string"}}}}}]}
+        body = {
+            "model": server.served_model,
+            "messages": [{"role": "user", "content": "购物任务：\n买一副耳机\n\n页面：搜索首页\n"}],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "search",
+                        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+                    },
+                }
+            ],
+        }
         response = httpx.post(server.policy_url + "/chat/completions", json=body, trust_env=False, timeout=30)
     (call,) = response.json()["choices"][0]["message"]["tool_calls"]
     try:

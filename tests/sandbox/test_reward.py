@@ -271,71 +271,140 @@ def test_category_parts_and_title_terms() -> None:
     assert title_terms("杯 子") == ["杯", "子"]
 
 
-@pytest.mark.parametrize(("bought", "gold", "expected"), [
-    # category match (2 shared parts) wins regardless of titles
-    ({"category": "家电›清洁电器›吸尘器", "title": "无关"}, {"category": "家电›清洁电器›洗地机", "name": "洗地机"}, 1.0),
-    # one shared part only; titles share 1 of 2 bigrams -> 0.5 > 0.2
-    ({"category": "家电›厨房", "title": "洗地机"}, {"category": "家电›清洁", "name": "洗地"}, 1.0),
-    # no overlap at all -> 0.0
-    ({"category": "a›b", "title": "耳机"}, {"category": "c›d", "name": "杯子"}, 0.0),
-    # 1 of 11 gold terms -> 0.0909 < 0.1 -> 0.1
-    ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "aa bb cc dd ee ff gg hh ii jj kk"}, 0.1),
-    # 1 of 5 -> 0.2 exactly -> 0.5
-    ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "aa bb cc dd ee"}, 0.5),
-    # gold title without terms -> title_score 0.2 -> 0.5
-    ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "!!"}, 0.5),
-])
+@pytest.mark.parametrize(
+    ("bought", "gold", "expected"),
+    [
+        # category match (2 shared parts) wins regardless of titles
+        (
+            {"category": "家电›清洁电器›吸尘器", "title": "无关"},
+            {"category": "家电›清洁电器›洗地机", "name": "洗地机"},
+            1.0,
+        ),
+        # one shared part only; titles share 1 of 2 bigrams -> 0.5 > 0.2
+        ({"category": "家电›厨房", "title": "洗地机"}, {"category": "家电›清洁", "name": "洗地"}, 1.0),
+        # no overlap at all -> 0.0
+        ({"category": "a›b", "title": "耳机"}, {"category": "c›d", "name": "杯子"}, 0.0),
+        # 1 of 11 gold terms -> 0.0909 < 0.1 -> 0.1
+        ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "aa bb cc dd ee ff gg hh ii jj kk"}, 0.1),
+        # 1 of 5 -> 0.2 exactly -> 0.5
+        ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "aa bb cc dd ee"}, 0.5),
+        # gold title without terms -> title_score 0.2 -> 0.5
+        ({"category": "a›b", "title": "aa"}, {"category": "c›d", "name": "!!"}, 0.5),
+    ],
+)
 def test_type_ladder(bought: dict[str, str], gold: dict[str, str], expected: float) -> None:
     assert type_score(bought, gold)[0] == expected
 
 
 # --- SKU price resolution (§12.8) ----------------------------------------------------------------
 
+
 def _axis(entries: list[Any], **extra: Any) -> dict[str, Any]:
     return {"customization_options": {"颜色": entries}, "pricing": [10.0], **extra}
 
 
-@pytest.mark.parametrize(("product", "selection", "expected"), [
-    (_axis([{"value": "黑色", "price": 10.0}, {"value": "黑 色", "price": 20.0}, {"value": "白色", "price": 10.0}]),
-     {"颜色": "黑色"}, ("pass", 20.0, "selected_price_axis", {"price_axis": "颜色"})),
-    (_axis([{"value": "黑色", "price": 10.0}, {"value": "黑 色", "price": 20.0}, {"value": "白色", "price": 10.0}]),
-     {"颜色": "黑 色"}, ("pass", 20.0, "selected_price_axis", {"price_axis": "颜色"})),
-    (_axis([{"value": "黑色", "price": "5"}, {"value": "白色", "price": 5.0}]), {},
-     ("pass", 5.0, "constant_option_price", {})),
-    (_axis([{"value": "黑色", "price": True}, {"value": "白色", "price": " 1e0 "}]), {},
-     ("pass", 1.0, "constant_option_price", {})),
-    (_axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": "nan"}]), {},
-     ("pass", 10.0, "constant_option_price", {})),
-    ({"customization_options": {"颜色": None}, "pricing": [89.0]}, {},
-     ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []})),
-    ({"pricing": ["89"]}, {}, ("pass", 89.0, "single_listing_price", {})),
-    ({}, {}, ("pass", 100.0, "single_listing_price", {})),
-    ({"customization_options": {}, "pricing": [59.0, 59.0]}, {}, ("pass", 59.0, "single_listing_price", {})),
-    ({"customization_options": None, "pricing": [59.0, 69.0]}, {},
-     ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []})),
-    # an axis without prices: unverifiable although the listing has a single price
-    (_axis([{"value": "黑色"}, {"value": "白色"}]), {},
-     ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []})),
-    # two constant axes with different prices
-    ({"customization_options": {"a": [{"value": "x", "price": 2.0}], "b": [{"value": "y", "price": 1.0}]}}, {},
-     ("unverifiable", None, "price_not_deterministic", {"candidate_prices": [1.0, 2.0]})),
-    (_axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": 12.0}]), {},
-     ("unverifiable", None, "price_axis_unselected", {"price_axis": "颜色"})),
-    (_axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": 12.0}, {"value": "红色", "price": -1}]),
-     {"颜色": "红色"}, ("unverifiable", None, "selected_variant_price_missing", {"price_axis": "颜色"})),
-    # displayed "黑色 | 白色" matches the raw "黑色/白色"; non-object entries and empty values ignored
-    (_axis([{"value": "黑色/白色", "price": 10.0}, "junk", {"value": "", "price": 99.0}, {"value": "红", "price": 12}]),
-     {"颜色": "黑色 | 白色"}, ("pass", 10.0, "selected_price_axis", {"price_axis": "颜色"})),
-    ({"customization_options": {"a": [{"value": "x", "price": 1.0}, {"value": "y", "price": 2.0}],
-                                "b": [{"value": "p", "price": 3.0}, {"value": "q", "price": 4.0}]}},
-     {"a": "x", "b": "p"},
-     ("unverifiable", None, "multiple_price_affecting_axes", {"price_affecting_axes": ["a", "b"]})),
-])
+@pytest.mark.parametrize(
+    ("product", "selection", "expected"),
+    [
+        (
+            _axis(
+                [{"value": "黑色", "price": 10.0}, {"value": "黑 色", "price": 20.0}, {"value": "白色", "price": 10.0}]
+            ),
+            {"颜色": "黑色"},
+            ("pass", 20.0, "selected_price_axis", {"price_axis": "颜色"}),
+        ),
+        (
+            _axis(
+                [{"value": "黑色", "price": 10.0}, {"value": "黑 色", "price": 20.0}, {"value": "白色", "price": 10.0}]
+            ),
+            {"颜色": "黑 色"},
+            ("pass", 20.0, "selected_price_axis", {"price_axis": "颜色"}),
+        ),
+        (
+            _axis([{"value": "黑色", "price": "5"}, {"value": "白色", "price": 5.0}]),
+            {},
+            ("pass", 5.0, "constant_option_price", {}),
+        ),
+        (
+            _axis([{"value": "黑色", "price": True}, {"value": "白色", "price": " 1e0 "}]),
+            {},
+            ("pass", 1.0, "constant_option_price", {}),
+        ),
+        (
+            _axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": "nan"}]),
+            {},
+            ("pass", 10.0, "constant_option_price", {}),
+        ),
+        (
+            {"customization_options": {"颜色": None}, "pricing": [89.0]},
+            {},
+            ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []}),
+        ),
+        ({"pricing": ["89"]}, {}, ("pass", 89.0, "single_listing_price", {})),
+        ({}, {}, ("pass", 100.0, "single_listing_price", {})),
+        ({"customization_options": {}, "pricing": [59.0, 59.0]}, {}, ("pass", 59.0, "single_listing_price", {})),
+        (
+            {"customization_options": None, "pricing": [59.0, 69.0]},
+            {},
+            ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []}),
+        ),
+        # an axis without prices: unverifiable although the listing has a single price
+        (
+            _axis([{"value": "黑色"}, {"value": "白色"}]),
+            {},
+            ("unverifiable", None, "price_not_deterministic", {"candidate_prices": []}),
+        ),
+        # two constant axes with different prices
+        (
+            {"customization_options": {"a": [{"value": "x", "price": 2.0}], "b": [{"value": "y", "price": 1.0}]}},
+            {},
+            ("unverifiable", None, "price_not_deterministic", {"candidate_prices": [1.0, 2.0]}),
+        ),
+        (
+            _axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": 12.0}]),
+            {},
+            ("unverifiable", None, "price_axis_unselected", {"price_axis": "颜色"}),
+        ),
+        (
+            _axis([{"value": "黑色", "price": 10.0}, {"value": "白色", "price": 12.0}, {"value": "红色", "price": -1}]),
+            {"颜色": "红色"},
+            ("unverifiable", None, "selected_variant_price_missing", {"price_axis": "颜色"}),
+        ),
+        # displayed "黑色 | 白色" matches the raw "黑色/白色"; non-object entries and empty values ignored
+        (
+            _axis(
+                [
+                    {"value": "黑色/白色", "price": 10.0},
+                    "junk",
+                    {"value": "", "price": 99.0},
+                    {"value": "红", "price": 12},
+                ]
+            ),
+            {"颜色": "黑色 | 白色"},
+            ("pass", 10.0, "selected_price_axis", {"price_axis": "颜色"}),
+        ),
+        (
+            {
+                "customization_options": {
+                    "a": [{"value": "x", "price": 1.0}, {"value": "y", "price": 2.0}],
+                    "b": [{"value": "p", "price": 3.0}, {"value": "q", "price": 4.0}],
+                }
+            },
+            {"a": "x", "b": "p"},
+            ("unverifiable", None, "multiple_price_affecting_axes", {"price_affecting_axes": ["a", "b"]}),
+        ),
+    ],
+)
 def test_price_resolution(product: dict[str, Any], selection: dict[str, str], expected: tuple[Any, ...]) -> None:
     status, price, method, evidence = expected
     got = resolve_sku_price(product, selection)
-    assert got == {"status": status, "price": price, "version": "variant-price-paper-v2", "method": method,
-                   "evidence": evidence}
+    assert got == {
+        "status": status,
+        "price": price,
+        "version": "variant-price-paper-v2",
+        "method": method,
+        "evidence": evidence,
+    }
     if price is not None:
         assert type(got["price"]) is float
 

@@ -1,13 +1,13 @@
 import json
 
 import pytest
+from testkit.tracegen import make_trace
 
+from shopsimrl_core._errors import SkillError
+from shopsimrl_core.analysis._labels import label_episode
 from shopsimrl_core.skills._analyst import REPAIR_INSTRUCTION, AnalystCandidateProvider
 from shopsimrl_core.skills._candidates import build_failure_groups, propose_candidates
-from shopsimrl_core._errors import SkillError
 from shopsimrl_core.skills._firewall import context_from_traces
-from shopsimrl_core.analysis._labels import label_episode
-from tracegen import make_trace
 
 
 def _records():
@@ -26,7 +26,7 @@ def test_analyst_repairs_until_valid_over_real_http(stub, monkeypatch):
     out = propose_candidates(groups, provider, context_from_traces(recs))
     assert [c["status"] for c in out] == ["accepted"], out[0].get("reason")
     assert out[0]["provider"] == "analyst_model"
-    requests = [json.loads(l) for l in log.read_text().splitlines()]
+    requests = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(requests) == 3
     assert requests[0]["auth"] == "Bearer sk-test-123"
     first = requests[0]["body"]["messages"]

@@ -1,15 +1,21 @@
 import json
 
 import pytest
+from testkit.tracegen import GOLD_ASIN, GOLD_TITLE, make_trace, write_traces
 
-from shopsimrl_core.skills._candidates import (
-    RuleBasedMiner, build_failure_groups, chunk_id_for, mine_candidates, propose_candidates, render_chunk,
-)
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core.skills._firewall import context_from_traces
-from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core._hashing import dumps_pretty, fingerprint
 from shopsimrl_core.analysis._labels import label_episode, label_run
-from tracegen import GOLD_ASIN, GOLD_TITLE, make_trace, write_traces
+from shopsimrl_core.documents import SkillCandidates
+from shopsimrl_core.skills._candidates import (
+    RuleBasedMiner,
+    build_failure_groups,
+    chunk_id_for,
+    mine_candidates,
+    propose_candidates,
+    render_chunk,
+)
+from shopsimrl_core.skills._firewall import context_from_traces
 
 
 def _train_records():
@@ -52,8 +58,10 @@ def test_mine_candidates_end_to_end(tmp_path):
     write_traces(run / "traces.jsonl", _train_records())
     label_run(run)
     cs = mine_candidates(run / "labels.parquet", run / "traces.jsonl", tmp_path / "cands.json")
-    doc = json.loads((tmp_path / "cands.json").read_text())
+    text = (tmp_path / "cands.json").read_text(encoding="utf-8")
+    doc = json.loads(text)
     assert doc["schema_version"] == "shopsimrl-skill-candidates-v1"
+    assert dumps_pretty(SkillCandidates.parse(doc, "cands.json").to_json()) == text  # the typed format, byte for byte
     by_label = {c["source_label"]: c for c in cs.accepted}
     for label in doc["frequent_labels"]:
         assert label in by_label, label  # >= 1 candidate per frequent failure label
@@ -109,6 +117,7 @@ def test_rule_miner_templates_pass_firewall_for_every_label():
     recs = _train_records()
     ctx = context_from_traces(recs)
     from shopsimrl_core.skills._candidates import _TEMPLATES, FailureGroup
-    groups = [FailureGroup(label=l, support=2) for l in list(_TEMPLATES) + ["protocol_error:x", "invalid_action:y"]]
+    labels = list(_TEMPLATES) + ["protocol_error:x", "invalid_action:y"]
+    groups = [FailureGroup(label=name, support=2) for name in labels]
     out = propose_candidates(groups, RuleBasedMiner(), ctx)
     assert all(c["status"] == "accepted" or c["reason"].startswith("duplicate_of") for c in out), out

@@ -1,7 +1,8 @@
 import json
 
+from testkit.tracegen import make_trace, write_traces
+
 from shopsimrl_core.cli._main import main
-from tracegen import make_trace, write_traces
 
 
 def test_cli_labels_export_and_refusal(tmp_path, capsys):

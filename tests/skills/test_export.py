@@ -1,10 +1,10 @@
 import json
 
 import pytest
+from testkit.tracegen import make_trace, write_traces
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.export._records import export_sft, export_traces, redact_record
-from tracegen import make_trace, write_traces
 
 REASON = "SENTINEL-REASONING-7f3a"
 GOAL = "SENTINEL-GOAL-91bc"
@@ -17,11 +17,31 @@ def _record(**kw):
     return rec
 
 
-def _run(tmp_path, records):
+MANIFEST = {
+    "schema_version": "shopsimrl-run-manifest-v1", "created_at": "2026-10-02T08:15:03.120000+00:00",
+    "plan_fingerprint": "fp-1",
+    "plan": {"pipeline_version": "shopsimrl-v0.4", "experiment": "exp", "model_id": "m", "model": {},
+             "task_split": {"name": "train"}, "jobs": [], "environment": {}, "runtime": {}, "prompt": {},
+             "skills": {"provider": "none"}},
+}
+
+
+def _run(tmp_path, records, manifest=MANIFEST):
     run = tmp_path / "run"
     write_traces(run / "traces.jsonl", records)
-    (run / "manifest.json").write_text(json.dumps({"plan_fingerprint": "fp-1", "plan": {}}))
+    (run / "manifest.json").write_text(json.dumps(manifest))
     return run
+
+
+def test_sft_export_refuses_a_malformed_manifest_in_one_line_and_writes_nothing(tmp_path):
+    run = _run(tmp_path, [_record()], manifest={"plan_fingerprint": 7, "plan": {}})
+    out = tmp_path / "sft.jsonl"
+    with pytest.raises(ConfigError) as info:
+        export_sft([run], out)
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert message.startswith(f"{run / 'manifest.json'}: run manifest: schema_version: required field is missing")
+    assert not out.exists() and list(tmp_path.glob(".sft.jsonl.*")) == []
 
 
 def test_sentinels_are_present_in_raw_traces():
@@ -76,8 +96,8 @@ def test_sft_export_filters_and_omits_goal(tmp_path):
     run = _run(tmp_path, recs)
     out = tmp_path / "sft.jsonl"
     res = export_sft([run], out)
-    lines = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
-    assert [l["episode_id"] for l in lines] == ["task-000003__sample-000"]
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["episode_id"] for r in lines] == ["task-000003__sample-000"]
     assert res.skipped == 4
     sft = lines[0]
     assert sft["schema_version"] == "shopsimrl-sft-v1" and sft["plan_fingerprint"] == "fp-1"
@@ -88,18 +108,18 @@ def test_sft_export_filters_and_omits_goal(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert GOAL not in text and REASON not in text
     export_sft([run], out, with_reasoning=True, allow_protocol_errors=True)
-    lines = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 2 and REASON in out.read_text(encoding="utf-8")
-    with_pe = [l for l in lines if l["episode_id"] == "task-000005__sample-000"][0]
+    with_pe = [r for r in lines if r["episode_id"] == "task-000005__sample-000"][0]
     assistants = [m for m in with_pe["messages"] if m["role"] == "assistant"]
     assert len(assistants) == len(with_pe["tools_per_turn"]) == 5
 
 
 def test_exports_are_refused_as_skill_or_gate_input(tmp_path):
-    from shopsimrl_core.skills._candidates import mine_candidates
     from shopsimrl_core._errors import SkillError
-    from shopsimrl_core.skills._gate import read_validation_traces
     from shopsimrl_core.analysis._labels import label_run
+    from shopsimrl_core.skills._candidates import mine_candidates
+    from shopsimrl_core.skills._gate import read_validation_traces
     run = _run(tmp_path, [make_trace(t, outcome="wrong_option") for t in range(3)])
     fake = tmp_path / "fake_run"
     export_traces(run, fake / "public.jsonl", profile="public")

@@ -1,5 +1,6 @@
+from testkit.tracegen import BRAND, GOLD_ASIN, GOLD_OPTION, GOLD_TITLE, make_trace
+
 from shopsimrl_core.skills._firewall import check_text, context_from_traces, redact_identifiers
-from tracegen import BRAND, GOLD_ASIN, GOLD_OPTION, GOLD_TITLE, make_trace
 
 
 def _ctx():

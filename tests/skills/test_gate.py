@@ -1,17 +1,14 @@
 import json
 
 import pytest
+from testkit.gatekit import EffectRunner, gate_setup, make_bare_run, make_draft, write_config, write_split
+from testkit.tracegen import make_trace, write_traces
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core.skills._gate import (
-    AssignedSkillBank, GateAConfig, build_assignments, mask_draw, preflight_bare_run,
-    read_validation_traces, run_gate_a, select_chunks,
-)
 from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.runs._jobs import EpisodeJob
-from shopsimrl_core.skills._bank import build_draft, write_draft
-from gatekit import EffectRunner, make_bare_run, write_config, write_split
-from tracegen import make_trace, write_traces
+from shopsimrl_core.skills._gate import mask_draw, preflight_bare_run, read_validation_traces
+from shopsimrl_core.skills._gate_a import AssignedSkillBank, GateAConfig, build_assignments, run_gate_a, select_chunks
 
 
 def test_mask_conformance_vector():
@@ -47,25 +44,8 @@ def test_strict_validation_reader(tmp_path):
         read_validation_traces(p)
 
 
-def _draft(tmp_path, n=3):
-    cands = {"candidates_sha256": "c", "candidates": [
-        {"status": "accepted", "candidate_id": f"chunk-{i:012d}", "title": f"T{i}", "workflow_stage": "s",
-         "applicable_when": "w", "procedure": ["p"], "verification": "v", "common_failure": "f",
-         "evidence_cluster_ids": [f"c{i}"], "content": f"### T{i}\n\nbody {i}"} for i in range(n)]}
-    draft, bank = build_draft(cands, active_skill_budget=2)
-    return write_draft(draft, bank, tmp_path / "draft")
-
-
-def _setup(tmp_path):
-    split = write_split(tmp_path / "splits.json")
-    bare_cfg = write_config(tmp_path / "bare.yaml", split, name="bare")
-    bare_run = make_bare_run(bare_cfg)
-    draft_path, _ = _draft(tmp_path)
-    return bare_cfg, bare_run, draft_path
-
-
 def test_gate_recovers_effects_selects_positive_and_resumes(tmp_path):
-    bare_cfg, bare_run, draft_path = _setup(tmp_path)
+    bare_cfg, bare_run, draft_path = gate_setup(tmp_path)
     runner = EffectRunner({"chunk-000000000000": 0.3, "chunk-000000000001": -0.2, "chunk-000000000002": 0.05},
                           fail_first=2)
     settings = GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
@@ -99,7 +79,7 @@ def test_gate_recovers_effects_selects_positive_and_resumes(tmp_path):
 
 
 def test_gate_refuses_changed_assignment_on_resume(tmp_path):
-    bare_cfg, bare_run, draft_path = _setup(tmp_path)
+    bare_cfg, bare_run, draft_path = gate_setup(tmp_path)
     runner = EffectRunner({})
     settings = GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
                            draft_path=draft_path, bootstrap_samples=0)
@@ -110,13 +90,14 @@ def test_gate_refuses_changed_assignment_on_resume(tmp_path):
 
 
 def test_preflight_rejects_bare_run_with_skills_or_bad_fingerprint(tmp_path):
-    bare_cfg, bare_run, draft_path = _setup(tmp_path)
+    bare_cfg, bare_run, draft_path = gate_setup(tmp_path)
     manifest = json.loads((bare_run / "manifest.json").read_text())
     plan = manifest["plan"]
     baseline = preflight_bare_run(bare_run, plan, send_seed=True)
     assert baseline.digest["observations"] == 20
-    assert baseline.digest["mean_outcomes"]["reward"] == pytest.approx(sum(0.25 + (t % 3) * 0.1 for t in
-                                                                            [19, 20, 30, 31, 47, 54] + list(range(60, 74))) / 20)
+    assert baseline.digest["mean_outcomes"]["reward"] == pytest.approx(
+        sum(0.25 + (t % 3) * 0.1 for t in [19, 20, 30, 31, 47, 54] + list(range(60, 74))) / 20
+    )
     manifest["plan_fingerprint"] = "0" * 64
     write_json_atomic(bare_run / "manifest.json", manifest)
     with pytest.raises(SkillError, match="bare validation manifest fingerprint mismatch"):
@@ -134,19 +115,26 @@ def test_rank_deficient_design_fails_before_any_rollout(tmp_path):
     split = write_split(tmp_path / "splits.json", val=[19, 20])  # 2 episodes, 3 chunks: n <= p
     bare_cfg = write_config(tmp_path / "bare.yaml", split)
     bare_run = make_bare_run(bare_cfg)
-    draft_path, _ = _draft(tmp_path)
+    draft_path, _ = make_draft(tmp_path)
     runner = EffectRunner({})
     with pytest.raises(SkillError, match="more observations than chunk factors"):
-        run_gate_a(GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
-                               draft_path=draft_path), runner=runner)
+        run_gate_a(
+            GateAConfig(
+                output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run, draft_path=draft_path
+            ),
+            runner=runner,
+        )
     assert runner.calls == 0
 
 
 def test_assigned_provider_lookup_and_identity():
-    bank = {"schema_version": "shopsimrl-skillbank-v1", "skills": [
-        {"skill_id": "a", "content": "A"}, {"skill_id": "b", "content": "B", "task_ids": [20]}]}
-    doc = build_assignments([EpisodeJob(19, 0, 1, "val"), EpisodeJob(20, 0, 2, "val")], ["a", "b"], mask_seed=3,
-                            draft_sha256="d")
+    bank = {
+        "schema_version": "shopsimrl-skillbank-v1",
+        "skills": [{"skill_id": "a", "content": "A"}, {"skill_id": "b", "content": "B", "task_ids": [20]}],
+    }
+    doc = build_assignments(
+        [EpisodeJob(19, 0, 1, "val"), EpisodeJob(20, 0, 2, "val")], ["a", "b"], mask_seed=3, draft_sha256="d"
+    )
     doc["assignments"][0].update(mask=[1, 0], included_chunk_ids=["a"])
     doc["assignments"][1].update(mask=[1, 1], included_chunk_ids=["a", "b"])
     p = AssignedSkillBank(bank, doc)
@@ -160,10 +148,16 @@ def test_assigned_provider_lookup_and_identity():
 
 
 def test_gate_plan_makes_no_rollout_and_matches_the_run(tmp_path):
-    from shopsimrl_core.skills._gate import plan_gate_a
-    bare_cfg, bare_run, draft_path = _setup(tmp_path)
-    settings = GateAConfig(output_dir=tmp_path / "gate", experiment_config=bare_cfg, bare_run_dir=bare_run,
-                           draft_path=draft_path, bootstrap_samples=0)
+    from shopsimrl_core.skills._gate_a import plan_gate_a
+
+    bare_cfg, bare_run, draft_path = gate_setup(tmp_path)
+    settings = GateAConfig(
+        output_dir=tmp_path / "gate",
+        experiment_config=bare_cfg,
+        bare_run_dir=bare_run,
+        draft_path=draft_path,
+        bootstrap_samples=0,
+    )
     described = plan_gate_a(settings)
     assert not (tmp_path / "gate").exists()
     assert described["design_matrix"] == "full_rank" and described["tasks"] == 20 and described["chunks"] == 3

@@ -1,10 +1,10 @@
 import json
 
 import pytest
+from testkit.tracegen import GOLD_ASIN, make_trace, write_traces
 
 from shopsimrl_core._errors import TraceFormatError
 from shopsimrl_core.analysis._labels import label_episode, label_run, read_labels
-from tracegen import GOLD_ASIN, make_trace, write_traces
 
 
 def test_success_episode_labels_and_evidence():
@@ -118,3 +118,32 @@ def test_label_run_refuses_a_run_in_progress(tmp_path):
     finally:
         holder.release_lock()
     assert label_run(run).episodes == 1
+
+
+def test_malformed_parts_give_empty_evidence_never_an_exception():
+    """Lists or objects where strings belong (untrusted stored traces) are labelled, not crashed on."""
+    rec = make_trace(3, outcome="wrong_option")
+    clean = label_episode(rec)
+    broken = json.loads(json.dumps(rec))
+    product_step = next(s for s in broken["steps"]
+                        if (s["environment"] or {}).get("observation_state", {}).get("page_type") == "product_detail")
+    product_step["environment"]["observation_state"]["product"]["asin"] = {"not": "a string"}
+    broken["steps"][0]["environment"]["observation_state"]["search_text"] = ["a", "list"]
+    broken["selected_skills"] = 7
+    broken["steps"].append("not a step")
+    row = label_episode(broken)
+    assert row["selected_skill_ids"] == [] and row["n_steps"] == clean["n_steps"]
+    assert row["outcome"] == clean["outcome"] == "wrong_option"
+    # the stand-in for the unhashable asin is a product of its own, so the count still holds
+    assert row["products_viewed"] == clean["products_viewed"] + 1
+
+
+def test_labels_are_a_composition_of_feature_extractors():
+    from shopsimrl_core.analysis._episode_features import EpisodeView, buy_features, search_features
+
+    rec = make_trace(3, outcome="wrong_option")
+    view = EpisodeView.from_record(rec, rec["episode_id"])
+    row = label_episode(rec)
+    assert search_features(view).steps == row["search_steps"]
+    assert buy_features(view).purchase_step == row["purchase_step"]
+    assert [s.index for s in view.steps] == list(range(1, row["n_steps"] + 1))

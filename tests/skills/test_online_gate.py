@@ -1,33 +1,24 @@
 import json
 
 import pytest
+from testkit.gatekit import EffectRunner, make_bare_run, online_pool, write_config, write_split
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core.skills._gate import (
-    OnlineGateConfig, build_candidate_pool, build_online_assignments, mask_draw, online_slots, run_online_gate,
-    select_online, validate_pool,
-)
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
 from shopsimrl_core.runs._jobs import EpisodeJob
-from gatekit import EffectRunner, make_bare_run, write_config, write_split
-
-ACTIVE = {"schema_version": "shopsimrl-skillbank-v1", "bank_version": "b0", "skills": [
-    {"skill_id": "chunk-a", "version": "active-1", "content": "### A\n\nold a", "metadata": {"source_label": "outcome:wrong_option"}},
-    {"skill_id": "chunk-b", "version": "active-1", "content": "### B\n\nold b", "metadata": {"source_label": "behaviour:loop"}},
-    {"skill_id": "chunk-off", "enabled": False, "content": "### off", "metadata": {}}]}
-CANDS = {"candidates": [
-    {"status": "accepted", "candidate_id": "x1", "source_label": "outcome:wrong_option", "content": "### A2\n\nnew a"},
-    {"status": "rejected", "candidate_id": "x2", "source_label": "outcome:over_budget", "content": "leak"},
-    {"status": "accepted", "candidate_id": "x3", "source_label": "outcome:over_budget", "content": "### C\n\nbudget"},
-    {"status": "accepted", "candidate_id": "x4", "source_label": "behaviour:loop", "content": "### B\n\nold b"}]}
-
-
-def _pool():
-    return build_candidate_pool(ACTIVE, CANDS, round_id="round-003", proposal_checkpoint="ck-prev")
+from shopsimrl_core.skills._gate import mask_draw
+from shopsimrl_core.skills._online_gate import (
+    OnlineGateConfig,
+    build_online_assignments,
+    online_slots,
+    run_online_gate,
+    select_online,
+    validate_pool,
+)
 
 
 def test_pool_operations_and_validation():
-    pool = _pool()
+    pool = online_pool()
     assert [(c["candidate_id"], c["operation"], c["target_chunk_id"]) for c in pool["candidates"]] == [
         ("cand-001", "REWRITE", "chunk-a"), ("cand-002", "ADD", None)]  # x4 is already active content
     assert [s["skill_id"] for s in pool["current_skills"]] == ["chunk-a", "chunk-b"]  # disabled record left out
@@ -44,7 +35,7 @@ def test_pool_operations_and_validation():
 
 
 def test_slots_and_uniform_mutually_exclusive_masks():
-    pool = _pool()
+    pool = online_pool()
     slots = online_slots(pool)
     assert slots == [{"slot_id": "chunk-a", "old_version_id": "chunk-a", "versions": ["chunk-a", "cand-001"]},
                      {"slot_id": "chunk-b", "old_version_id": "chunk-b", "versions": ["chunk-b"]},
@@ -64,7 +55,7 @@ def test_slots_and_uniform_mutually_exclusive_masks():
 
 
 def test_selection_rewrite_rules():
-    pool = _pool()
+    pool = online_pool()
     slots = online_slots(pool)
     tie = select_online({"chunk-a": 0.2, "cand-001": 0.2, "chunk-b": -0.1, "cand-002": 0.0}, pool, slots, 5)
     assert tie["winners"] == {"chunk-a": "chunk-a"}  # old wins ties
@@ -81,7 +72,7 @@ def test_online_gate_end_to_end_with_rewrite_winner(tmp_path):
     split = write_split(tmp_path / "splits.json")
     cfg = write_config(tmp_path / "bare.yaml", split)
     bare = make_bare_run(cfg)
-    pool_path = write_json_atomic(tmp_path / "pool.json", _pool())
+    pool_path = write_json_atomic(tmp_path / "pool.json", online_pool())
     runner = EffectRunner({"chunk-a": 0.1, "cand-001": 0.25, "chunk-b": -0.1, "cand-002": 0.2})
     result = run_online_gate(OnlineGateConfig(output_dir=tmp_path / "online", experiment_config=cfg, bare_run_dir=bare,
                                               candidate_pool_path=pool_path, active_skill_budget=10,
@@ -97,6 +88,6 @@ def test_online_gate_end_to_end_with_rewrite_winner(tmp_path):
     assert bank["skills"][0]["metadata"]["selected_intervention_id"] == "cand-001"
     manifest = json.loads((tmp_path / "online" / "online_gate_manifest.json").read_text())
     assert manifest["protocol"]["rewrite_treatment"] == "mutually_exclusive_absent_old_new"
-    ledger = [json.loads(l) for l in (tmp_path / "online" / "proposal_ledger.jsonl").read_text().splitlines()]
+    ledger = [json.loads(line) for line in (tmp_path / "online" / "proposal_ledger.jsonl").read_text().splitlines()]
     assert [(r["candidate_id"], r["validation_result"]) for r in ledger] == [("cand-001", "selected"),
                                                                            ("cand-002", "selected")]

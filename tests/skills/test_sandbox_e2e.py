@@ -4,18 +4,19 @@ bare val run → Gate A → snapshot → a new run injecting the snapshot, recor
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
-from shopsimrl_core.skills._candidates import mine_candidates
+from shopsimrl_core._hashing import write_json_atomic
+from shopsimrl_core.analysis._labels import label_run, read_labels
+from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank
+from shopsimrl_core.export._records import export_sft, export_traces
 from shopsimrl_core.runs._config import load_config
 from shopsimrl_core.runs._evaluator import run_evaluation
-from shopsimrl_core.export._records import export_sft, export_traces
-from shopsimrl_core.skills._gate import GateAConfig, OnlineGateConfig, build_candidate_pool, run_gate_a, run_online_gate
-from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core.skills._bank import build_skillbank
-from shopsimrl_core.analysis._labels import label_run, read_labels
-from shopsimrl_core.skills._bank import build_draft, snapshot_skillbank, write_draft
-from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank
+from shopsimrl_core.skills._bank import build_draft, build_skillbank, snapshot_skillbank, write_draft
+from shopsimrl_core.skills._candidates import mine_candidates
+from shopsimrl_core.skills._gate_a import GateAConfig, run_gate_a
+from shopsimrl_core.skills._online_gate import OnlineGateConfig, build_candidate_pool, run_online_gate
 
 
 def _config(path: Path, sandbox, *, name: str, split: str, sample_size=None, repeats=1, skills=None, seed=20260830):
@@ -30,6 +31,7 @@ def _config(path: Path, sandbox, *, name: str, split: str, sample_size=None, rep
     return path
 
 
+@pytest.mark.slow
 def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
     train = run_evaluation(load_config(_config(tmp_path / "train.yaml", sandbox, name="train", split="train",
                                                sample_size=24, repeats=2, seed=20260831)))
@@ -37,7 +39,7 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
 
     table = label_run(train.run_dir)
     labels = read_labels(table.path)
-    trace_ids = {json.loads(l)["episode_id"] for l in (train.run_dir / "traces.jsonl").read_text().splitlines()}
+    trace_ids = {json.loads(line)["episode_id"] for line in (train.run_dir / "traces.jsonl").read_text().splitlines()}
     assert set(labels["episode_id"].to_list()) == trace_ids  # a label row for every episode
     assert labels["outcome"].null_count() == 0
 
@@ -61,12 +63,12 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
     contributions = gate.contributions
     assert contributions["observations"] == bare.counts["requested"]
     assert set(contributions["estimates"]) >= {"reward", "r_strict", "r_success"}
-    masked = [json.loads(l) for l in (tmp_path / "runs" / "gate-a" / "traces.jsonl").read_text().splitlines()]
+    masked = [json.loads(line) for line in (tmp_path / "runs" / "gate-a" / "traces.jsonl").read_text().splitlines()]
     assert all(r["provenance"]["skills"]["provider"] == "assigned_json_skillbank" for r in masked)
     assert any(r["selected_skills"] for r in masked)
     manifest = json.loads((tmp_path / "runs" / "gate-a" / "manifest.json").read_text())
     assert manifest["plan"]["trace2skill_gate"]["assignment_sha256"] == contributions["assignment_sha256"]
-    from shopsimrl_core.skills._gate import plan_gate_a
+    from shopsimrl_core.skills._gate_a import plan_gate_a
     described = plan_gate_a(GateAConfig(output_dir=tmp_path / "runs" / "gate-a", experiment_config=bare_cfg,
                                         bare_run_dir=bare.run_dir, draft_path=draft_path))
     assert described["semantic_plan_fingerprint"] == manifest["plan_fingerprint"]
@@ -83,7 +85,7 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
 
     equipped = run_evaluation(load_config(_config(tmp_path / "equipped.yaml", sandbox, name="equipped", split="val",
                                                   skills=snap.path)))
-    records = [json.loads(l) for l in (equipped.run_dir / "traces.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (equipped.run_dir / "traces.jsonl").read_text().splitlines()]
     assert records
     for r in records:
         prov = r["provenance"]["skills"]
@@ -93,7 +95,7 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
 
     # Real traces through the exporters.
     out = export_traces(train.run_dir, tmp_path / "public.jsonl", profile="public")
-    exported = [json.loads(l) for l in out.path.read_text().splitlines()]
+    exported = [json.loads(line) for line in out.path.read_text().splitlines()]
     assert len(exported) == len(trace_ids)
     assert all(r["final"]["goal"] == {} and r["reset"]["user_persona"] == {} for r in exported)
     assert all(s["model"]["reasoning"] is None for r in exported for s in r["steps"])
@@ -103,6 +105,7 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
         and any(s.get("protocol_error") for s in r["steps"]))
 
 
+@pytest.mark.slow
 def test_online_gate_on_the_sandbox(sandbox, tmp_path):
     train = run_evaluation(load_config(_config(tmp_path / "train.yaml", sandbox, name="train", split="train",
                                                sample_size=24, repeats=2, seed=20260831)))
@@ -122,7 +125,7 @@ def test_online_gate_on_the_sandbox(sandbox, tmp_path):
                                               bare_run_dir=bare.run_dir, candidate_pool_path=pool_path,
                                               bootstrap_samples=100))
     assert result.status == "complete"
-    masked = [json.loads(l) for l in (tmp_path / "runs" / "online" / "traces.jsonl").read_text().splitlines()]
+    masked = [json.loads(line) for line in (tmp_path / "runs" / "online" / "traces.jsonl").read_text().splitlines()]
     assert all(r["provenance"]["skills"]["bank"]["provider"] == "online_intervention_bank" for r in masked)
     for r in masked:  # old and rewritten versions of the active chunk never appear together
         ids = [s["skill_id"] for s in r["selected_skills"]]

@@ -4,8 +4,8 @@ import pytest
 
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core.skills._bank import build_draft, build_skillbank, snapshot_skillbank
 from shopsimrl_core.episode._skillbank import JsonSkillBank, bank_sha256, content_sha256, load_skillbank
+from shopsimrl_core.skills._bank import build_draft, build_skillbank, snapshot_skillbank
 
 # spec §2.2 vectors
 ABC = "6cc43f858fbb763301637b5af970e2a46b46f461f27e5a0f41e009c59b827b25"

@@ -1,4 +1,5 @@
-"""Helpers for gate tests: a split file, a val config, a bare run and a deterministic masked runner."""
+"""Helpers for gate tests: a split file, a val config, a bare run, a draft, a candidate pool and a
+deterministic masked runner."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import yaml
 
 from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.runs._plan import build_plan
-from tracegen import make_trace, write_traces
+from shopsimrl_core.skills._bank import build_draft, write_draft
+from shopsimrl_core.skills._pool import build_candidate_pool
+from testkit.tracegen import make_trace, write_traces
 
 VAL = [19, 20, 30, 31, 47, 54, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73]
 
@@ -104,9 +107,97 @@ class EffectRunner:
                 ctx = {"task_id": job.task_id, "sample_id": job.sample_id, "split": job.split}
                 skills = skill_provider.select(ctx)
                 reward = base_reward(job.task_id) + sum(self.effects.get(s["skill_id"], 0.0) for s in skills)
-                fh.write(json.dumps(_trace_for(plan, job, reward, skills, skill_provider.identity), ensure_ascii=False) + "\n")
+                fh.write(
+                    json.dumps(_trace_for(plan, job, reward, skills, skill_provider.identity), ensure_ascii=False)
+                    + "\n"
+                )
                 self.episodes_run += 1
         self.fail_first = 0
         completed = len(plan.jobs) - failed
-        return FakeResult(summary={"counts": {"requested": len(plan.jobs), "completed": completed, "failed": failed,
-                                              "coverage": completed / len(plan.jobs)}})
+        return FakeResult(
+            summary={
+                "counts": {
+                    "requested": len(plan.jobs),
+                    "completed": completed,
+                    "failed": failed,
+                    "coverage": completed / len(plan.jobs),
+                }
+            }
+        )
+
+
+def make_draft(tmp_path: Path, n: int = 3) -> tuple[Path, Path]:
+    """Write a draft of *n* chunks (``chunk-000000000000`` …, budget 2) under ``tmp_path/draft``."""
+    cands = {
+        "candidates_sha256": "c",
+        "candidates": [
+            {
+                "status": "accepted",
+                "candidate_id": f"chunk-{i:012d}",
+                "title": f"T{i}",
+                "workflow_stage": "s",
+                "applicable_when": "w",
+                "procedure": ["p"],
+                "verification": "v",
+                "common_failure": "f",
+                "evidence_cluster_ids": [f"c{i}"],
+                "content": f"### T{i}\n\nbody {i}",
+            }
+            for i in range(n)
+        ],
+    }
+    draft, bank = build_draft(cands, active_skill_budget=2)
+    return write_draft(draft, bank, tmp_path / "draft")
+
+
+def gate_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A split file, a bare val config, its bare run and a 3-chunk draft: ``(config, bare run, draft)``."""
+    split = write_split(tmp_path / "splits.json")
+    bare_cfg = write_config(tmp_path / "bare.yaml", split, name="bare")
+    bare_run = make_bare_run(bare_cfg)
+    draft_path, _ = make_draft(tmp_path)
+    return bare_cfg, bare_run, draft_path
+
+
+ACTIVE = {
+    "schema_version": "shopsimrl-skillbank-v1",
+    "bank_version": "b0",
+    "skills": [
+        {
+            "skill_id": "chunk-a",
+            "version": "active-1",
+            "content": "### A\n\nold a",
+            "metadata": {"source_label": "outcome:wrong_option"},
+        },
+        {
+            "skill_id": "chunk-b",
+            "version": "active-1",
+            "content": "### B\n\nold b",
+            "metadata": {"source_label": "behaviour:loop"},
+        },
+        {"skill_id": "chunk-off", "enabled": False, "content": "### off", "metadata": {}},
+    ],
+}
+CANDS = {
+    "candidates": [
+        {
+            "status": "accepted",
+            "candidate_id": "x1",
+            "source_label": "outcome:wrong_option",
+            "content": "### A2\n\nnew a",
+        },
+        {"status": "rejected", "candidate_id": "x2", "source_label": "outcome:over_budget", "content": "leak"},
+        {
+            "status": "accepted",
+            "candidate_id": "x3",
+            "source_label": "outcome:over_budget",
+            "content": "### C\n\nbudget",
+        },
+        {"status": "accepted", "candidate_id": "x4", "source_label": "behaviour:loop", "content": "### B\n\nold b"},
+    ]
+}
+
+
+def online_pool() -> dict[str, Any]:
+    """The candidate pool of ACTIVE and CANDS: ``cand-001`` rewrites ``chunk-a``, ``cand-002`` is an ADD."""
+    return build_candidate_pool(ACTIVE, CANDS, round_id="round-003", proposal_checkpoint="ck-prev")

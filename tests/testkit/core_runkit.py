@@ -26,20 +26,45 @@ def step(*, protocol_error: bool = False, policy_failure: bool = False, valid: b
                               "model": {"usage": usage if usage is not None else {}}}
     if protocol_error:
         record["model"]["protocol_error"] = {"code": "mixed_content", "message": "x"}
-        record.update(protocol_error={"code": "mixed_content", "message": "x"}, protocol_feedback={}, action=None, environment=None)
+        record.update(
+            protocol_error={"code": "mixed_content", "message": "x"},
+            protocol_feedback={},
+            action=None,
+            environment=None,
+        )
     elif policy_failure:
         record["policy_failure"] = {"code": "generation_length", "message": "x"}
         record.update(action=None, environment=None)
     else:
-        feedback = {} if valid is None else {"action": "click[x]", "valid": valid, "reason": "executed" if valid else "unavailable_action", "message": ""}
+        feedback = (
+            {}
+            if valid is None
+            else {
+                "action": "click[x]",
+                "valid": valid,
+                "reason": "executed" if valid else "unavailable_action",
+                "message": "",
+            }
+        )
         record.update(action="click[x]", environment={"done": False, "action_feedback": feedback})
     return record
 
 
-def record(task_id: int, sample_id: int = 0, *, status: str = "completed", reward: float = 1.0,
-           reason: str = "purchase", steps: list[dict[str, Any]] | None = None, split: str = "val",
-           duration_ms: float | None = 1000.0, error_type: str | None = "ModelRequestError",
-           category: str | None = None, r_success: int | None = None, components: dict[str, float] | None = None) -> dict[str, Any]:
+def record(
+    task_id: int,
+    sample_id: int = 0,
+    *,
+    status: str = "completed",
+    reward: float = 1.0,
+    reason: str = "purchase",
+    steps: list[dict[str, Any]] | None = None,
+    split: str = "val",
+    duration_ms: float | None = 1000.0,
+    error_type: str | None = "ModelRequestError",
+    category: str | None = None,
+    r_success: int | None = None,
+    components: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """A schema-valid v4 record (only the fields the store and the summary read are meaningful)."""
     eid = episode_id(task_id, sample_id)
     out: dict[str, Any] = {
@@ -60,29 +85,57 @@ def record(task_id: int, sample_id: int = 0, *, status: str = "completed", rewar
     }
     if status == "completed":
         success = (1 if reward >= 1.0 else 0) if r_success is None else r_success
-        detail = {"reward_version": "shopsimulator-paper-reward-v2", "termination_reason": reason,
-                  "r_type": 1.0, "r_att": reward, "r_option": reward, "r_price": 1.0, "r_loose": reward,
-                  "r_strict": reward, "r_success": success, "category_match": True}
+        detail = {
+            "reward_version": "shopsimulator-paper-reward-v2",
+            "termination_reason": reason,
+            "r_type": 1.0,
+            "r_att": reward,
+            "r_option": reward,
+            "r_price": 1.0,
+            "r_loose": reward,
+            "r_strict": reward,
+            "r_success": success,
+            "category_match": True,
+        }
         if components:
             detail.update(components)
-        final: dict[str, Any] = {"done": True, "over": True, "reward": reward, "termination_reason": reason,
-                                 "reward_detail": detail, "purchase": {}, "goal": {}}
+        final: dict[str, Any] = {
+            "done": True,
+            "over": True,
+            "reward": reward,
+            "termination_reason": reason,
+            "reward_detail": detail,
+            "purchase": {},
+            "goal": {},
+        }
         if category is not None:
             final["goal"] = {"category": category}
         out["final"] = final
     else:
-        out["error"] = {"stage": "model_step_1", "type": error_type, "message": "boom", "traceback": ""} if error_type else {}
+        out["error"] = (
+            {"stage": "model_step_1", "type": error_type, "message": "boom", "traceback": ""} if error_type else {}
+        )
     return out
 
 
 def write_split(path: Path, splits: dict[str, dict[str, Any]], version: str = "test-splits-v1") -> Path:
     """Write a split file."""
-    path.write_text(json.dumps({"schema_version": "shopsimrl-persona-splits-v1", "version": version, "splits": splits}), encoding="utf-8")
+    path.write_text(
+        json.dumps({"schema_version": "shopsimrl-persona-splits-v1", "version": version, "splits": splits}),
+        encoding="utf-8",
+    )
     return path
 
 
-def write_config(folder: Path, *, name: str = "exp", split_file: str | Path = "splits.json", split: str = "val",
-                 overrides: dict[str, dict[str, Any]] | None = None, filename: str = "eval.yaml") -> Path:
+def write_config(
+    folder: Path,
+    *,
+    name: str = "exp",
+    split_file: str | Path = "splits.json",
+    split: str = "val",
+    overrides: dict[str, dict[str, Any]] | None = None,
+    filename: str = "eval.yaml",
+) -> Path:
     """Write an evaluation YAML in *folder* (model without auth, output in ``folder/runs``)."""
     data: dict[str, Any] = {
         "experiment": {"name": name, "output_dir": "runs", "seed": 20260830, "concurrency": 2},
@@ -104,12 +157,15 @@ def write_config(folder: Path, *, name: str = "exp", split_file: str | Path = "s
 
 def small_splits(folder: Path) -> Path:
     """A small split file with val (5 tasks), test (3 tasks, role test) and a legacy range."""
-    return write_split(folder / "splits.json", {
-        "train": {"role": "train", "persona": True, "task_ids": [0, 2, 3, 7]},
-        "val": {"role": "val", "persona": True, "task_ids": [19, 20, 30, 31, 47]},
-        "test": {"role": "test", "persona": True, "task_ids": [1, 5, 8]},
-        "legacy_range": {"start": 100, "end": 103, "persona": None},
-    })
+    return write_split(
+        folder / "splits.json",
+        {
+            "train": {"role": "train", "persona": True, "task_ids": [0, 2, 3, 7]},
+            "val": {"role": "val", "persona": True, "task_ids": [19, 20, 30, 31, 47]},
+            "test": {"role": "test", "persona": True, "task_ids": [1, 5, 8]},
+            "legacy_range": {"start": 100, "end": 103, "persona": None},
+        },
+    )
 
 
 class FakeEpisodes:
@@ -129,7 +185,9 @@ class FakeEpisodes:
         self.cancelled: list[str] = []
         self.released: list[str] = []
 
-    async def __call__(self, job: EpisodeJob, *, model: Any, env: Any, prompt: Any, skills: Any, settings: Any) -> dict[str, Any]:
+    async def __call__(
+        self, job: EpisodeJob, *, model: Any, env: Any, prompt: Any, skills: Any, settings: Any
+    ) -> dict[str, Any]:
         eid = job.episode_id
         self.calls.append(eid)
         outcomes = self.plan.get(eid, [])
@@ -142,8 +200,13 @@ class FakeEpisodes:
             await asyncio.sleep(self.delay)
             if outcome == "raise":
                 raise RuntimeError("runtime exploded")
-            rec = record(job.task_id, job.sample_id, split=job.split, status="completed" if outcome == "ok" else "failed",
-                         reward=1.0 if job.task_id % 2 else 0.5)
+            rec = record(
+                job.task_id,
+                job.sample_id,
+                split=job.split,
+                status="completed" if outcome == "ok" else "failed",
+                reward=1.0 if job.task_id % 2 else 0.5,
+            )
             rec["job"] = job.to_dict()
             return rec
         except asyncio.CancelledError:
@@ -152,3 +215,26 @@ class FakeEpisodes:
         finally:
             self.released.append(eid)  # stands for the lease release every episode does
             self.in_flight -= 1
+
+
+def manifest(plan_fingerprint: str = "fp", *, plan: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    """A schema-valid ``shopsimrl-run-manifest-v1`` with an empty plan (``plan`` keys override it)."""
+    base_plan: dict[str, Any] = {
+        "pipeline_version": "shopsimrl-v0.4",
+        "experiment": "exp",
+        "model_id": "m",
+        "model": {},
+        "task_split": {},
+        "jobs": [],
+        "environment": {},
+        "runtime": {},
+        "prompt": {},
+        "skills": {"provider": "none"},
+    }
+    return {
+        "schema_version": "shopsimrl-run-manifest-v1",
+        "created_at": "2026-10-02T08:15:03.120000+00:00",
+        "plan_fingerprint": plan_fingerprint,
+        "plan": {**base_plan, **(plan or {})},
+        **top,
+    }

@@ -1,0 +1,69 @@
+"""Measurement helpers shared by the benchmarks (light imports: the thread reference runs them in its own process)."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+SPLIT = "train"
+
+
+def proc_cpu_seconds(pid: int | None) -> float | None:
+    """User+system CPU seconds of process *pid* so far (Linux /proc), or None if unavailable."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[11], fields[12] are utime, stime (stat fields 14 and 15) in clock ticks
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def timing_split(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step ``timing`` of the traces: mean and p50/p90 of model_ms, env_ms and harness_ms."""
+    out: dict[str, Any] = {}
+    steps = [s["timing"] for r in records for s in r.get("steps") or [] if isinstance(s.get("timing"), dict)]
+    for key in ("model_ms", "env_ms", "harness_ms"):
+        values = [float(t[key]) for t in steps if isinstance(t.get(key), (int, float))]
+        out[key] = {
+            "mean": _round(statistics.fmean(values)) if values else None,
+            "p50": _round(_quantile(values, 0.5)),
+            "p90": _round(_quantile(values, 0.9)),
+        }
+    resets = [float(r["timing"]["reset_ms"]) for r in records if isinstance(r.get("timing"), dict)]
+    cleanups = [float(r["timing"]["cleanup_ms"]) for r in records if isinstance(r.get("timing"), dict)]
+    out["episode_reset_ms_p50"] = _round(_quantile(resets, 0.5))
+    out["episode_cleanup_ms_p50"] = _round(_quantile(cleanups, 0.5))
+    return out
+
+
+def steady_rate(intervals: list[tuple[float, float, int]], t0: float) -> float | None:
+    """Steps/s while every worker was busy: from *t0* to the last episode start (the queue is
+    empty after it, so the tail where workers idle is left out). Steps of an episode are spread
+    evenly over its interval (exact enough when steps take similar time)."""
+    if not intervals:
+        return None
+    end = max(start for start, _, _ in intervals)
+    if end - t0 <= 0:
+        return None
+    steps = 0.0
+    for start, stop, count in intervals:
+        overlap = min(stop, end) - max(start, t0)
+        if overlap > 0 and stop > start:
+            steps += count * overlap / (stop - start)
+    return steps / (end - t0)

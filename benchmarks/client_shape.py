@@ -1,0 +1,415 @@
+"""The client on the issue's shape: the whole `shopsimrl run` process, as a user runs it.
+
+    .venv/bin/python -m benchmarks.client_shape [--repeats 1] [--quick] [--transports auto,httpx] [--out PATH]
+
+Loopback stubs, each its own process: the environment of `benchmarks._stub_env` (10-step episodes
+ending in a purchase, observations of 1–8 KB, mean 3 KB, in the real server's escaped compact JSON)
+and the model of `benchmarks._stub_model` (one valid tool call per answer, optional latency).
+Every measured client is a separate process started like a user starts it — `shopsimrl run
+CONFIG --progress none --quiet`, so start-up (imports, config, plan) and the summary are included —
+and its CPU (user + system) comes from the OS (`os.wait4` rusage of the child). Beside it, in the
+same run and on the same stubs, the thread-pool reference (`benchmarks._thread_reference`: the
+earlier harness's shape, also its own process).
+
+Settings: 1 and 64 episodes in flight with a zero-latency model; 64 and 256 in flight with 200 ms
+model latency. Reported per row: steps/s over the whole process, steady steps/s (from the traces:
+while every worker was busy), the fraction of the ideal ``concurrency / 0.2 s`` for latency rows,
+client CPU ms per step, stub CPU ms per step, and the ratios to the reference. Writes
+benchmarks/results/client_shape.json (``--quick``: a temporary file; numbers meaningless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._measure import SPLIT, _round, proc_cpu_seconds, steady_rate
+from benchmarks._stub_env import DEFAULT_OBS_KB, StubEnvServer
+from benchmarks._stub_model import StubModelServer
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "client_shape.json"
+SCHEMA = "shopsimrl-bench-client-shape-v1"
+EPISODE_STEPS = 10
+LATENCY_MS = 200.0
+#: (label, in flight, model latency ms, tasks sampled, repeats per task) — episodes = tasks × repeats
+SETTINGS = [
+    ("c1_0ms", 1, 0.0, 60, 1),
+    ("c64_0ms", 64, 0.0, 100, 4),
+    ("c64_200ms", 64, LATENCY_MS, 64, 4),
+    ("c256_200ms", 256, LATENCY_MS, 100, 10),
+]
+QUICK_SETTINGS = [("c1_0ms", 1, 0.0, 2, 1), ("c8_200ms", 8, LATENCY_MS, 8, 2)]
+#: the reference plays fewer episodes where it is slow (its rate, not its total, is compared)
+REFERENCE_EPISODES = {"c256_200ms": 512}
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _split_file(workdir: Path) -> Path:
+    from shopsim_sandbox.cli import write_catalog
+
+    _, split = write_catalog(workdir, 400, 0)
+    return split
+
+
+def _shopsimrl() -> list[str]:
+    script = Path(sys.executable).with_name("shopsimrl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
+
+
+def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, Any]:
+    # wait4 gives exactly this child's rusage (getrusage(RUSAGE_CHILDREN) would sum all children)
+    srv0 = [proc_cpu_seconds(pid) for pid in pids]
+    wall0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - wall0
+        process.returncode = os.waitstatus_to_exitcode(status)
+        srv1 = [proc_cpu_seconds(pid) for pid in pids]
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    server_cpu = sum(b - a for a, b in zip(srv0, srv1)) if all(x is not None for x in srv0 + srv1) else None
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "returncode": process.returncode,
+            "stdout": stdout, "stderr": stderr, "server_cpu_s": server_cpu}
+
+
+def _config(workdir: Path, *, env_url: str, model_url: str, model: str, split_file: Path, concurrency: int,
+            tasks: int, repeats: int, transport: str) -> Path:
+    mapping: dict[str, Any] = {
+        "experiment": {"name": "client-shape", "output_dir": str(workdir / "runs"), "seed": 20261201,
+                       "concurrency": concurrency, "max_episode_retries": 0},
+        "tasks": {"split_file": str(split_file), "split": SPLIT, "sample_size": tasks, "repeats": repeats},
+        "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency)},
+        "runtime": {"max_steps": EPISODE_STEPS + 2},
+        "model": {"name": model, "base_url": model_url, "api_key_env": None, "checkpoint_id": "bench",
+                  "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency)},
+    }
+    if transport != "default":
+        mapping["environment"]["http_transport"] = transport
+        mapping["model"]["http_transport"] = transport
+    path = workdir / "eval.yaml"
+    path.write_text(json.dumps(mapping, indent=2), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def _trace_stats(run_root: Path) -> dict[str, Any]:
+    traces = list(run_root.rglob("traces.jsonl"))
+    if len(traces) != 1:
+        raise RuntimeError(f"expected one traces.jsonl under {run_root}, found {len(traces)}")
+    intervals, steps, failed, errors = [], 0, 0, set()
+    with open(traces[0], "rb") as handle:
+        for raw in handle:
+            record = json.loads(raw)
+            count = len(record.get("steps") or [])
+            steps += count
+            if record.get("status") != "completed":
+                failed += 1
+                errors.add(str((record.get("error") or {}).get("message", ""))[:200])
+                continue
+            start = datetime.fromisoformat(record["started_at"]).timestamp()
+            intervals.append((start, datetime.fromisoformat(record["ended_at"]).timestamp(), count))
+    t0 = min((a for a, _, _ in intervals), default=0.0)
+    return {"steps": steps, "episodes": len(intervals) + failed, "failed": failed, "errors": sorted(errors)[:3],
+            "steady_steps_per_s": steady_rate(intervals, t0)}
+
+
+def measure_shopsimrl(*, concurrency: int, tasks: int, repeats: int, transport: str, servers: dict[str, Any],
+                      run_root: Path | None = None) -> dict[str, Any]:
+    """One `shopsimrl run` process on a fresh run directory (under *run_root*; default: the temp dir)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-shape-", dir=run_root))
+    try:
+        config = _config(workdir, env_url=servers["env_url"], model_url=servers["model_url"], model=servers["model"],
+                         split_file=servers["split_file"], concurrency=concurrency, tasks=tasks, repeats=repeats,
+                         transport=transport)
+        command = [*_shopsimrl(), "run", str(config), "--progress", "none", "--quiet"]
+        child = _run_child(command, workdir, servers["pids"])
+        if child["returncode"] not in (0, 1):
+            raise RuntimeError(f"shopsimrl run exited {child['returncode']}: {child['stderr'][-2000:]}")
+        stats = _trace_stats(workdir / "runs")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return _row(child, stats, concurrency)
+
+
+def measure_reference(*, concurrency: int, episodes: int, servers: dict[str, Any]) -> dict[str, Any]:
+    """One thread-reference process."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks._thread_reference",
+        "--env-url",
+        servers["env_url"],
+        "--model-url",
+        servers["model_url"],
+        "--model",
+        servers["model"],
+        "--split-file",
+        str(servers["split_file"]),
+        "--concurrency",
+        str(concurrency),
+        "--episodes",
+        str(episodes),
+        "--max-steps",
+        str(EPISODE_STEPS + 2),
+    ]
+    child = _run_child(cmd, ROOT, servers["pids"])
+    if child["returncode"] != 0:
+        raise RuntimeError(f"thread reference exited {child['returncode']}: {child['stderr'][-2000:]}")
+    inner = json.loads(child["stdout"].strip().splitlines()[-1])
+    stats = {
+        "steps": inner["steps"],
+        "episodes": inner["episodes"],
+        "failed": inner["failed"],
+        "errors": [],
+        "steady_steps_per_s": inner.get("steady_steps_per_s"),
+    }
+    return _row(child, stats, concurrency)
+
+
+def _row(child: dict[str, Any], stats: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    steps = stats["steps"]
+    return {
+        **stats,
+        "concurrency": concurrency,
+        "wall_s": _round(child["wall_s"]),
+        "cpu_s": _round(child["cpu_s"]),
+        "steps_per_s": _round(steps / child["wall_s"], 1) if steps else None,
+        "steady_steps_per_s": _round(stats["steady_steps_per_s"], 1),
+        "cpu_ms_per_step": _round(child["cpu_s"] * 1000.0 / steps) if steps else None,
+        "server_cpu_ms_per_step": _round(child["server_cpu_s"] * 1000.0 / steps)
+        if steps and child["server_cpu_s"] is not None
+        else None,
+    }
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    row = dict(runs[0]) if len(runs) == 1 else {}
+    if len(runs) > 1:
+        for key in ("steps", "episodes", "concurrency"):
+            row[key] = runs[0][key]
+        row["failed"] = sum(r["failed"] for r in runs)
+        row["errors"] = sorted({e for r in runs for e in r["errors"]})[:3]
+        for key in (
+            "wall_s",
+            "cpu_s",
+            "steps_per_s",
+            "steady_steps_per_s",
+            "cpu_ms_per_step",
+            "server_cpu_ms_per_step",
+        ):
+            values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
+            row[key] = _round(statistics.median(values), 3) if values else None
+        row["runs"] = runs
+    return row
+
+
+def _package_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in ("httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def run_benchmark(
+    *,
+    repeats: int,
+    quick: bool,
+    transports: list[str],
+    reference: bool,
+    only: set[str] | None = None,
+    run_root: Path | None = None,
+) -> dict[str, Any]:
+    """Every setting (or those in *only*) × (each `shopsimrl run` variant, the reference), interleaved per repeat."""
+    settings = [row for row in (QUICK_SETTINGS if quick else SETTINGS) if only is None or row[0] in only]
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+            "packages": _package_versions(),
+        },
+        "settings": {
+            "repeats": repeats,
+            "quick": quick,
+            "episode_steps": EPISODE_STEPS,
+            "obs_kb": list(DEFAULT_OBS_KB),
+            "latency_ms": LATENCY_MS,
+            "transports": transports,
+            "run_root": str(run_root) if run_root else tempfile.gettempdir(),
+            "rows": {
+                label: {"concurrency": c, "model_latency_ms": lat, "episodes": t * r}
+                for label, c, lat, t, r in settings
+            },
+        },
+        "rows": {},
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="bench-shape-split-"))
+    try:
+        split_file = _split_file(workdir)
+        for latency in sorted({lat for _, _, lat, _, _ in settings}):
+            with StubEnvServer(EPISODE_STEPS) as env, StubModelServer(latency_ms=latency) as model:
+                servers = {
+                    "env_url": env.env_url,
+                    "model_url": model.base_url,
+                    "model": model.model,
+                    "split_file": split_file,
+                    "pids": [env.pid, model.pid],
+                }
+                for label, c, lat, tasks, reps in settings:
+                    if lat != latency:
+                        continue
+                    runs: dict[str, list[dict[str, Any]]] = {}
+                    for rep in range(repeats):
+                        for transport in transports:
+                            _log(f"{label}: shopsimrl run ({transport}) repeat {rep + 1}/{repeats}")
+                            runs.setdefault(transport, []).append(
+                                measure_shopsimrl(
+                                    concurrency=c,
+                                    tasks=tasks,
+                                    repeats=reps,
+                                    transport=transport,
+                                    servers=servers,
+                                    run_root=run_root,
+                                )
+                            )
+                        if reference:
+                            episodes = 4 if quick else REFERENCE_EPISODES.get(label, tasks * reps)
+                            _log(f"{label}: thread reference repeat {rep + 1}/{repeats}")
+                            runs.setdefault("reference", []).append(
+                                measure_reference(concurrency=c, episodes=episodes, servers=servers)
+                            )
+                    rows = {name: _median(value) for name, value in runs.items()}
+                    for row in rows.values():
+                        if lat:
+                            ideal = c / (lat / 1000.0)
+                            row["ideal_steps_per_s"] = ideal
+                            row["fraction_of_ideal"] = (
+                                _round(row["steps_per_s"] / ideal) if row.get("steps_per_s") else None
+                            )
+                            row["steady_fraction_of_ideal"] = (
+                                _round(row["steady_steps_per_s"] / ideal) if row.get("steady_steps_per_s") else None
+                            )
+                    ref = rows.get("reference")
+                    for name, row in rows.items():
+                        if name != "reference" and ref and ref.get("steps_per_s") and row.get("steps_per_s"):
+                            row["vs_reference"] = {
+                                "steps_per_s_ratio": _round(row["steps_per_s"] / ref["steps_per_s"], 2),
+                                "cpu_per_step_ratio": _round(row["cpu_ms_per_step"] / ref["cpu_ms_per_step"], 3),
+                            }
+                    doc["rows"][label] = rows
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return doc
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """The table printed after a run (one line per setting × client)."""
+    head = (
+        f"{'setting':<11} {'client':<26} {'steps':>6} {'wall s':>7} {'steps/s':>8} {'steady':>8} {'ideal%':>7} "
+        f"{'steady%':>7} {'cpu ms/st':>9} {'stub ms/st':>10} {'x ref st/s':>10} {'x ref cpu':>9}"
+    )
+    lines = [head, "-" * len(head)]
+
+    def f(v: Any, spec: str, width: int) -> str:
+        return format(v, spec).rjust(width) if isinstance(v, (int, float)) else "-".rjust(width)
+
+    for label, rows in doc["rows"].items():
+        for name, row in rows.items():
+            client = "thread reference" if name == "reference" else f"shopsimrl run ({name})"
+            frac, steady = row.get("fraction_of_ideal"), row.get("steady_fraction_of_ideal")
+            ratio = row.get("vs_reference") or {}
+            lines.append(
+                f"{label:<11} {client:<26} {row['steps']:>6} {f(row.get('wall_s'), '.2f', 7)} "
+                f"{f(row.get('steps_per_s'), '.1f', 8)} "
+                f"{f(row.get('steady_steps_per_s'), '.1f', 8)} {f(frac * 100 if frac else None, '.1f', 7)} "
+                f"{f(steady * 100 if steady else None, '.1f', 7)} {f(row.get('cpu_ms_per_step'), '.3f', 9)} "
+                f"{f(row.get('server_cpu_ms_per_step'), '.3f', 10)} {f(ratio.get('steps_per_s_ratio'), '.2f', 10)} "
+                f"{f(ratio.get('cpu_per_step_ratio'), '.3f', 9)}"
+                + (f"  FAILED {row['failed']}" if row.get("failed") else "")
+            )
+    lines.append(
+        "whole process (start-up and summary included); cpu ms/st: the client process's user+system CPU (OS rusage) "
+        "per step; steady: steps/s while every worker was busy (from the traces); ideal% = steps/s ÷ "
+        "(in flight / model latency); x ref: ratio to the thread reference in the same run"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the table, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=1, help="repeats per row (medians reported; default 1)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
+    parser.add_argument(
+        "--transports",
+        default="default",
+        help="comma list of `shopsimrl run` variants: default (no http_transport key) or an "
+        "http_transport value (e.g. default,httpx)",
+    )
+    parser.add_argument("--no-reference", action="store_true", help="leave out the thread reference")
+    parser.add_argument(
+        "--run-root",
+        type=Path,
+        default=None,
+        help="where the measured runs write (default: the temp dir, on disk here); e.g. /dev/shm "
+        "to see the client without the disk's fsync latency",
+    )
+    parser.add_argument("--only", default=None, help="comma list of rows: " + ",".join(row[0] for row in SETTINGS))
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"JSON output (default {RESULTS}; with --quick a temporary directory)"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats: must be >= 1")
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if args.out is None:
+        args.out = Path(tempfile.gettempdir()) / "shopsimrl-bench-quick" / RESULTS.name if args.quick else RESULTS
+    started = time.perf_counter()
+    only = {x.strip() for x in args.only.split(",")} if args.only else None
+    known = {row[0] for row in SETTINGS + QUICK_SETTINGS}
+    if only and not only <= known:
+        parser.error(f"--only: unknown row(s) {sorted(only - known)}; choose from {sorted(known)}")
+    doc = run_benchmark(
+        repeats=args.repeats,
+        quick=args.quick,
+        transports=transports,
+        reference=not args.no_reference,
+        only=only,
+        run_root=args.run_root,
+    )
+    doc["duration_s"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, args.out)
+    print(format_table(doc))
+    print(f"wrote {args.out} in {doc['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""The baseline policy as an OpenAI-compatible chat-completions endpoint (vLLM/SGLang wire format).
+
+``POST /v1/chat/completions`` (JSON, or SSE chunks with ``stream: true``), ``GET /v1/models``,
+OpenAI error bodies, ``reasoning_content`` unless thinking is switched off, ``usage`` (in streams
+only with ``stream_options.include_usage``); faults from ``shopsim_sandbox.faults``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from shopsim_sandbox.faults import FaultConfig, FaultDecision, FaultInjector
+from shopsim_sandbox.policy.decide import (
+    _MAX_MODEL_LEN,
+    SERVED_MODEL,
+    Lapses,
+    _text_of,
+    decide_action,
+    hinted_lapses,
+    read_transcript,
+)
+
+__all__ = ["build_policy_app"]
+
+
+def _approx_tokens(text: str) -> int:
+    # Roughly one token per CJK character and per Latin word or symbol, like a BPE vocabulary.
+    return len(re.findall(r"[\u3400-\u9fff]|[A-Za-z0-9]+|[^\sA-Za-z0-9\u3400-\u9fff]", text))
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status},
+                        status_code=status)
+
+
+_FAULT_TYPES = {429: "TooManyRequestsError", 500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def _thinking_enabled(body: dict[str, Any]) -> bool:
+    kwargs = body.get("chat_template_kwargs")
+    if isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False:
+        return False
+    return body.get("enable_thinking") is not False
+
+
+@dataclass
+class _Completion:
+    content: str | None
+    reasoning: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class _PolicyServer:
+    def __init__(self, *, seed: int, latency_ms: float, faults: FaultConfig | None, model_name: str,
+                 lapses: bool) -> None:
+        self.seed = seed
+        self.lapses = lapses
+        self.latency_ms = float(latency_ms)
+        self.faults = FaultInjector(faults)
+        self.model_name = model_name
+        self.created = int(time.time())
+
+    # -- decision and shaping --
+
+    def _complete(self, body: dict[str, Any], digest: str, fault: FaultDecision) -> _Completion:
+        messages = body["messages"]
+        tools = body.get("tools") if isinstance(body.get("tools"), list) and body.get("tools") else None
+        has_seed = isinstance(body.get("seed"), int) and not isinstance(body.get("seed"), bool)
+        request_seed = body["seed"] if has_seed else 0
+        transcript = read_transcript(messages, tools)
+        rng = random.Random(f"{self.seed}|{request_seed}|{transcript.instruction}|{transcript.observation}")
+        # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
+        # without seeds the lapses depend on the task alone.
+        episode_seed = request_seed - transcript.turns if has_seed else None
+        lapses = Lapses.draw(random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|"
+                                           f"{transcript.persona_text}"),
+                             hinted_lapses(transcript.skill_hints)) if self.lapses else Lapses()
+        action = decide_action(transcript, rng, lapses)
+        use_tools = tools is not None and body.get("tool_choice") != "none"
+        reasoning = action.rationale if _thinking_enabled(body) else None
+        prompt_tokens = sum(_approx_tokens(_text_of(m.get("content"))) + 4 for m in messages if isinstance(m, dict))
+        prompt_tokens += _approx_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+        def call(name: str, arguments: str, n: int) -> dict[str, Any]:
+            call_id = "chatcmpl-tool-" + hashlib.sha256(f"{digest}|{n}".encode()).hexdigest()[:32]
+            return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+        arguments = json.dumps(action.arguments, ensure_ascii=False)
+        content: str | None = None
+        calls: list[dict[str, Any]] = []
+        finish = "tool_calls"
+        if fault.length:
+            # Cut off while still thinking: no tool call made it out.
+            reasoning = (reasoning or action.rationale)[: max(1, len(action.rationale) // 2)]
+            finish = "length"
+        elif fault.malformed == "text" or not use_tools:
+            content = f"Action: {action.text}"
+            finish = "stop"
+        elif fault.malformed == "two_calls":
+            calls = [call(action.name, arguments, 0), call(action.name, arguments, 1)]
+        elif fault.malformed == "bad_json":
+            calls = [call(action.name, arguments[:-1], 0)]
+        else:
+            calls = [call(action.name, arguments, 0)]
+        completion_text = (reasoning or "") + (content or "") + "".join(
+            c["function"]["name"] + c["function"]["arguments"] for c in calls)
+        completion_tokens = _approx_tokens(completion_text) + 3
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        if isinstance(max_tokens, int) and max_tokens > 0 and completion_tokens > max_tokens and finish != "length":
+            # The output does not fit: a real server stops mid-generation before any tool call completes.
+            content, calls, finish = None, [], "length"
+            completion_tokens = max_tokens
+        return _Completion(content, reasoning, calls, finish, prompt_tokens, completion_tokens)
+
+    def _usage(self, c: _Completion) -> dict[str, Any]:
+        return {"prompt_tokens": c.prompt_tokens, "total_tokens": c.prompt_tokens + c.completion_tokens,
+                "completion_tokens": c.completion_tokens, "prompt_tokens_details": None}
+
+    # -- routes --
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": self.created, "owned_by": "shopsim-sandbox",
+            "root": self.model_name, "parent": None, "max_model_len": _MAX_MODEL_LEN, "permission": []}]})
+
+    async def chat_completions(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(400, f"request body is not valid JSON: {exc}", "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object", "BadRequestError")
+        if body.get("model") != self.model_name:
+            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list", "BadRequestError")
+        digest = hashlib.sha256(raw).hexdigest()
+        fault = self.faults.decide("chat:" + digest)
+        delay = self.latency_ms + fault.delay_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        if fault.status is not None:
+            return _error(fault.status, f"injected fault: HTTP {fault.status}", _FAULT_TYPES[fault.status])
+        completion = self._complete(body, digest, fault)
+        response_id = "chatcmpl-" + digest[:32]
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            return StreamingResponse(self._chunks(response_id, completion, include_usage),
+                                     media_type="text/event-stream")
+        message: dict[str, Any] = {"role": "assistant", "content": completion.content,
+                                   "tool_calls": completion.tool_calls}
+        if completion.reasoning is not None:
+            message["reasoning_content"] = completion.reasoning
+        return JSONResponse({
+            "id": response_id, "object": "chat.completion", "created": int(time.time()), "model": self.model_name,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": completion.finish_reason, "stop_reason": None}],
+            "usage": self._usage(completion), "prompt_logprobs": None,
+        })
+
+    async def _chunks(self, response_id: str, c: _Completion, include_usage: bool) -> AsyncIterator[bytes]:
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            payload = {"id": response_id, "object": "chat.completion.chunk", "created": created,
+                       "model": self.model_name,
+                       "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+                                    **({"stop_reason": None} if finish else {})}]}
+            return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in _pieces(c.reasoning or "", 8):
+            yield chunk({"reasoning_content": piece})
+        for piece in _pieces(c.content or "", 8):
+            yield chunk({"content": piece})
+        for index, call in enumerate(c.tool_calls):
+            yield chunk({"tool_calls": [{"id": call["id"], "type": "function", "index": index,
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            for piece in _pieces(call["function"]["arguments"], 6):
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        yield chunk({"content": ""}, c.finish_reason)
+        if include_usage:
+            payload = {"id": response_id, "object": "chat.completion.chunk", "created": created,
+                       "model": self.model_name, "choices": [], "usage": self._usage(c)}
+            yield b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfig | None = None,
+                     model_name: str = SERVED_MODEL, lapses: bool = True) -> Starlette:
+    """Build the baseline policy's ASGI app: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+    Responses are deterministic for a given ``seed``, request body and fault sequence. ``latency_ms``
+    is added to every completion call (on top of ``faults.latency_ms``). Requests naming another
+    model than ``model_name`` get vLLM's 404. ``lapses=False`` switches the seeded per-episode
+    imperfection off (the policy's best play; for tests).
+    """
+    server = _PolicyServer(seed=seed, latency_ms=latency_ms, faults=faults, model_name=model_name, lapses=lapses)
+    app = Starlette(routes=[
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+    ])
+    app.state.policy = server
+    return app

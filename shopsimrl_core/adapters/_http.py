@@ -1,0 +1,506 @@
+"""The HTTP engines under the model and environment clients, and their JSON codec.
+
+Two engines share one small interface (``request``, ``stream``, ``aclose``):
+
+* :class:`AiohttpEngine` — ``aiohttp.ClientSession`` used directly: the default (``http_transport:
+  auto`` / ``aiohttp``), for ``http://`` and ``https://``. Measured against httpx, httpx over
+  aiohttp, httpx with its client layer bypassed and the former in-house transport, it costs the
+  least CPU per request by a wide margin (docs/benchmarks.md, ``benchmarks/http_engines.py``).
+* :class:`HttpxEngine` — an ``httpx.AsyncClient``: used for ``http_transport: httpx``, for an explicit
+  ``transport=`` (the test seam: ``httpx.MockTransport``), and in ``auto`` mode when a proxy variable
+  only httpx understands applies (``ALL_PROXY``, ``socks5://`` proxies).
+
+Rules both engines keep (the retry logic above relies on them):
+
+* A request is never resent by the engine once its bytes may have reached the server, except an
+  idempotent method on a reused keep-alive connection that the server had closed; POSTs never.
+* A connection goes back to the pool only when its response was read to the end; cancellation,
+  errors and unread bodies close it.
+* Timeouts: ``timeout`` bounds connecting and each wait to hand request bytes to the socket (a
+  server that stops reading a large body: ``WriteTimeout``); ``read_timeout`` bounds each wait for
+  response bytes (``None`` = wait forever: the environment's reset). Waiting for a free pooled
+  connection never times out.
+* Every failure without a usable HTTP response raises :class:`TransportError`, whose text is
+  ``"<Kind>: <detail>"`` with httpx's kind names (``ConnectError``, ``ConnectTimeout``,
+  ``ReadTimeout``, ``ReadError``, ``WriteError``, ``RemoteProtocolError``, …).
+
+Idle connections are closed after :data:`KEEPALIVE_EXPIRY` seconds, below common server keep-alive
+timeouts (uvicorn: 5 s), so a request rarely races the server closing the connection it is sent on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.request
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:  # httpx is imported only when an httpx engine is built
+    import httpx
+
+__all__ = [
+    "AiohttpEngine",
+    "HttpxEngine",
+    "HTTP_TRANSPORT_MODES",
+    "KEEPALIVE_EXPIRY",
+    "Reply",
+    "TransportError",
+    "build_engine",
+    "dumps",
+    "fast_loads",
+    "loads",
+    "select_transport",
+]
+
+HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "aiohttp", "httpx")
+KEEPALIVE_EXPIRY = 4.0
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+#: orjson reads integers beyond 64 bits as floats, the stdlib as exact ints: any run of 19+ digits
+#: (|n| >= 2**63 needs 19) sends the text to the stdlib, which keeps every integer exact
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+UNDECODED = object()
+"""What :func:`fast_loads` returns when the stdlib must decide."""
+
+
+def fast_loads(data: bytes | str) -> Any:
+    """The value orjson decodes from *data* when the stdlib decodes the same, else :data:`UNDECODED`."""
+    long_digits = _LONG_DIGITS.search(data) if isinstance(data, bytes) else _LONG_DIGITS_TEXT.search(data)
+    if long_digits is not None:
+        return UNDECODED
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return UNDECODED
+
+
+def loads(data: bytes | str) -> Any:
+    """Decode JSON exactly as ``json.loads`` does, with orjson wherever that gives the same value.
+
+    The stdlib handles what orjson refuses or reads differently (``NaN``, integers beyond 64 bits,
+    UTF-16 or BOM-prefixed bytes, lone surrogate escapes), so callers see the same values and the
+    same error texts as with ``json.loads``.
+    """
+    value = fast_loads(data)
+    return json.loads(data) if value is UNDECODED else value
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON for a request body (orjson; the stdlib for values orjson cannot encode).
+
+    Non-ASCII stays literal. Values orjson refuses (integers beyond 64 bits, non-string keys) are
+    written by ``json.dumps`` as before. Callers pass data whose floats are finite (conversation
+    text, tool schemas, envelopes); the model client checks its float settings once, at start.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def dumps_strict(value: Any) -> bytes:
+    """Encode like :func:`dumps`, but keep NaN and ±Infinity as the stdlib writes them.
+
+    They come out as ``NaN``, ``Infinity`` instead of orjson's ``null``, so a request never changes
+    meaning.
+    """
+    if has_non_finite(value):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return dumps(value)
+
+
+def has_non_finite(value: Any) -> bool:
+    """True when *value* (JSON-like data) holds a NaN or infinite float anywhere."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_non_finite(v) for v in value)
+    return False
+
+
+# -- engine interface ---------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """A request that got no usable HTTP response (connect, read or write failure, timeout, bad framing).
+
+    ``str(exc)`` is ``"<kind>: <detail>"``; ``kind`` uses httpx's exception names.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+class Reply:
+    """A complete HTTP response: status code and body bytes (``text`` decodes them on demand)."""
+
+    __slots__ = ("status", "data", "charset", "content_type")
+
+    def __init__(self, status: int, data: bytes, charset: str | None = None, content_type: str | None = None) -> None:
+        self.status = status
+        self.data = data
+        self.charset = charset
+        self.content_type = content_type
+        """The Content-Type header as sent (None when absent)."""
+
+    @property
+    def text(self) -> str:
+        """The body as text: the declared charset, else UTF-8; undecodable bytes replaced."""
+        try:
+            return self.data.decode(self.charset or "utf-8", errors="replace")
+        except LookupError:
+            return self.data.decode("utf-8", errors="replace")
+
+
+class StreamReply:
+    """A response whose body is read incrementally (``lines()``) or at once (``read()``)."""
+
+    def __init__(self, status: int, chunks: AsyncIterator[bytes], charset: str | None) -> None:
+        self.status = status
+        self._chunks = chunks
+        self.charset = charset
+
+    async def read(self) -> bytes:
+        """The rest of the body."""
+        return b"".join([chunk async for chunk in self._chunks])
+
+    async def lines(self) -> AsyncIterator[str]:
+        r"""The body's lines as text, split on ``\n``, ``\r\n`` or ``\r``, without their endings."""
+        import codecs
+
+        decoder = codecs.getincrementaldecoder(self.charset or "utf-8")(errors="replace")
+        pending = ""
+        async for chunk in self._chunks:
+            text = pending + decoder.decode(chunk)
+            # a trailing "\r" may be the first half of "\r\n": keep it for the next chunk
+            hold_cr = text.endswith("\r")
+            if hold_cr:
+                text = text[:-1]
+            parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            pending = parts.pop() + ("\r" if hold_cr else "")
+            for part in parts:
+                yield part
+        tail = (pending + decoder.decode(b"", final=True)).replace("\r\n", "\n").replace("\r", "\n")
+        for part in tail.split("\n") if tail else []:
+            yield part
+
+
+_DEFAULT = object()
+
+
+class _Engine:
+    async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
+                      read_timeout: Any = _DEFAULT) -> Reply:
+        raise NotImplementedError
+
+    def stream(self, method: str, url: str, body: bytes | None = None,
+               headers: Mapping[str, str] | None = None) -> Any:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+
+# -- aiohttp ------------------------------------------------------------------------------------
+
+
+class _WriteStalled(TimeoutError):
+    """The server stopped reading the request body for longer than the write timeout."""
+
+
+#: bodies at least this large are written in pieces, each under the write timeout (aiohttp has no
+#: write timeout of its own; smaller bodies fit the socket buffers and are handed over at once)
+_TIMED_BODY = 1 << 20
+_PIECE = 1 << 16
+_timed_payload: Any = None
+
+
+def _timed_body(body: bytes, write_timeout: float) -> Any:
+    global _timed_payload
+    if _timed_payload is None:
+        import aiohttp
+
+        class TimedBytesPayload(aiohttp.BytesPayload):
+            """Bytes written in pieces, each under a timeout (the write timeout aiohttp lacks)."""
+
+            write_timeout = 0.0
+
+            async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+                data = self._value if content_length is None else self._value[:content_length]
+                for start in range(0, len(data), _PIECE):
+                    try:
+                        async with asyncio.timeout(self.write_timeout):
+                            await writer.write(data[start:start + _PIECE])  # waits while the socket is full
+                    except TimeoutError:
+                        raise _WriteStalled("timed out sending the request body") from None
+
+            async def write(self, writer: Any) -> None:
+                await self.write_with_length(writer, None)
+
+        _timed_payload = TimedBytesPayload
+    payload = _timed_payload(body)
+    payload.write_timeout = write_timeout
+    return payload
+
+
+def _aiohttp_error(exc: BaseException) -> TransportError:
+    import aiohttp
+
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, _WriteStalled) or isinstance(exc.__cause__, _WriteStalled):
+        return TransportError("WriteTimeout", "timed out sending the request body")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return TransportError("ConnectTimeout", detail)
+    if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+        return TransportError("ReadTimeout", detail if str(exc) else "timed out waiting for the response")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return TransportError("ConnectError", detail)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return TransportError("RemoteProtocolError", "Server disconnected without sending a complete response.")
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return TransportError("RemoteProtocolError", detail)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return TransportError("UnsupportedProtocol", detail)
+    if isinstance(exc, (aiohttp.ClientOSError, OSError)):
+        return TransportError("ReadError", detail)
+    return TransportError("TransportError", f"{type(exc).__name__}: {detail}")
+
+
+class AiohttpEngine(_Engine):
+    """One pooled ``aiohttp.ClientSession`` (created on first use, inside the running loop).
+
+    ``max_connections`` bounds open connections (per engine, all hosts); more requests wait in
+    order, without a timeout. ``trust_env`` honours ``HTTP(S)_PROXY`` / ``NO_PROXY`` (and ``.netrc``).
+    No cookie jar: the services are stateless and cookie handling costs CPU on every response.
+    """
+
+    def __init__(self, *, timeout: float, read_timeout: float | None, max_connections: int = 64,
+                 trust_env: bool = False, keepalive_expiry: float = KEEPALIVE_EXPIRY) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        self.timeout = timeout
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self.trust_env = trust_env
+        self.keepalive_expiry = keepalive_expiry
+        self._session: Any = None
+        self._urls: dict[str, Any] = {}
+        self._timeouts: dict[Any, Any] = {}
+        self._closed = False
+
+    def _client(self) -> Any:
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the HTTP engine has been closed.")
+        if self._session is None:
+            import aiohttp
+
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
+                                             keepalive_timeout=self.keepalive_expiry)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout(self.read_timeout), trust_env=self.trust_env,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    def _timeout(self, read_timeout: Any) -> Any:
+        read = self.read_timeout if read_timeout is _DEFAULT else read_timeout
+        cached = self._timeouts.get(read)
+        if cached is None:
+            import aiohttp
+
+            # connect=None: waiting for a pooled connection is not the attempt timing out
+            cached = self._timeouts[read] = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.timeout,
+                                                                  sock_read=read)
+        return cached
+
+    def _url(self, url: str) -> Any:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            from yarl import URL
+
+            parsed = URL(url)
+            if len(self._urls) < 64:  # the clients use a handful of fixed URLs: parse each once
+                self._urls[url] = parsed
+        return parsed
+
+    async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
+                      read_timeout: Any = _DEFAULT) -> Reply:
+        """Send one request and read its whole body. Raises :class:`TransportError`."""
+        session = self._client()
+        data: Any = body if body is None or len(body) < _TIMED_BODY else _timed_body(body, self.timeout)
+        # the session's own timeout unless this call overrides the read timeout (saves a merge per call)
+        extra: dict[str, Any] = {} if read_timeout is _DEFAULT else {"timeout": self._timeout(read_timeout)}
+        try:
+            async with session.request(method, self._url(url), data=data, headers=headers, **extra) as response:
+                data = await response.read()
+                return Reply(response.status, data, response.charset, response.headers.get("Content-Type"))
+        except (TimeoutError, OSError) as exc:  # aiohttp's errors are OSError or ClientError
+            raise _aiohttp_error(exc) from None
+        except Exception as exc:
+            import aiohttp
+
+            if isinstance(exc, aiohttp.ClientError):
+                raise _aiohttp_error(exc) from None
+            raise
+
+    @asynccontextmanager
+    async def stream(self, method: str, url: str, body: bytes | None = None,
+                     headers: Mapping[str, str] | None = None) -> AsyncIterator[StreamReply]:
+        """A response whose body is read as it arrives. Raises :class:`TransportError`."""
+        import aiohttp
+
+        session = self._client()
+
+        async def chunks(response: Any) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.content.iter_any():
+                    yield chunk
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _aiohttp_error(exc) from None
+
+        try:
+            timeout = self._timeout(_DEFAULT)
+            manager = session.request(method, self._url(url), data=body, headers=headers, timeout=timeout)
+            response = await manager.__aenter__()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _aiohttp_error(exc) from None
+        try:
+            yield StreamReply(response.status, chunks(response), response.charset)
+        finally:
+            await manager.__aexit__(None, None, None)
+
+    async def aclose(self) -> None:
+        """Close every connection. Idempotent."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+# -- httpx --------------------------------------------------------------------------------------
+
+
+class HttpxEngine(_Engine):
+    """An ``httpx.AsyncClient`` (own pool, or the given *transport*); httpx errors become :class:`TransportError`."""
+
+    def __init__(self, *, timeout: float, read_timeout: float | None, max_connections: int = 64,
+                 trust_env: bool = False, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        import httpx
+
+        self._httpx = httpx
+        self.read_timeout = read_timeout
+        # pool=None: waiting for a pooled connection is not an HTTP attempt timing out
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=timeout, read=read_timeout, write=timeout, pool=None),
+            limits=limits, trust_env=trust_env, transport=transport,
+        )
+
+    def _extensions(self, read_timeout: Any) -> Any:
+        if read_timeout is _DEFAULT:
+            return self._httpx.USE_CLIENT_DEFAULT
+        current = self._client.timeout
+        return self._httpx.Timeout(connect=current.connect, read=read_timeout, write=current.write, pool=None)
+
+    async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
+                      read_timeout: Any = _DEFAULT) -> Reply:
+        """Send one request and read its whole body. Raises :class:`TransportError`."""
+        try:
+            response = await self._client.request(
+                method, url, content=body, headers=headers, timeout=self._extensions(read_timeout)
+            )
+        except self._httpx.RequestError as exc:
+            raise TransportError(type(exc).__name__, str(exc)) from None
+        return Reply(
+            response.status_code, response.content, response.charset_encoding, response.headers.get("content-type")
+        )
+
+    @asynccontextmanager
+    async def stream(
+        self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[StreamReply]:
+        """A response whose body is read as it arrives. Raises :class:`TransportError`."""
+        httpx = self._httpx
+
+        async def chunks(response: Any) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+            except httpx.RequestError as exc:
+                raise TransportError(type(exc).__name__, str(exc)) from None
+
+        try:
+            manager = self._client.stream(method, url, content=body, headers=headers)
+            response = await manager.__aenter__()
+        except httpx.RequestError as exc:
+            raise TransportError(type(exc).__name__, str(exc)) from None
+        try:
+            yield StreamReply(response.status_code, chunks(response), response.charset_encoding)
+        finally:
+            await manager.__aexit__(None, None, None)
+
+    async def aclose(self) -> None:
+        """Close the client (and its transport). Idempotent."""
+        await self._client.aclose()
+
+
+# -- selection ----------------------------------------------------------------------------------
+
+
+def _httpx_only_proxy(url: str) -> bool:
+    """True when a proxy variable applies to *url* that aiohttp would not honour (ALL_PROXY, SOCKS)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return False
+    chosen = proxies.get(parts.scheme)
+    if chosen is None:
+        return bool(proxies.get("all"))
+    return not chosen.lower().startswith(("http://", "https://"))
+
+
+def select_transport(url: str, *, mode: str = "auto", trust_env: bool = False) -> str:
+    """Name the engine a client of *url* uses: ``"aiohttp"`` or ``"httpx"``.
+
+    ``auto``: aiohttp, except with *trust_env* when a proxy variable only httpx supports applies
+    (``ALL_PROXY`` without a scheme-specific proxy, or a ``socks5://``-style proxy). ``aiohttp``,
+    ``httpx``: always that engine.
+
+    Raises:
+        ValueError: unknown *mode*, or a URL that is not ``http://`` / ``https://``.
+    """
+    if mode not in HTTP_TRANSPORT_MODES:
+        raise ValueError(f"http_transport must be one of {', '.join(HTTP_TRANSPORT_MODES)} (got {mode!r})")
+    if not url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"only http:// and https:// URLs are supported (got {url!r})")
+    if mode == "auto":
+        return "httpx" if trust_env and _httpx_only_proxy(url) else "aiohttp"
+    return mode
+
+
+def build_engine(url: str, *, mode: str, timeout: float, read_timeout: float | None, max_connections: int,
+                 trust_env: bool, transport: httpx.AsyncBaseTransport | None = None) -> _Engine:
+    """The engine for *url*.
+
+    An explicit httpx *transport* wins (httpx engine over it), else :func:`select_transport` decides.
+    """
+    if transport is not None or select_transport(url, mode=mode, trust_env=trust_env) == "httpx":
+        return HttpxEngine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
+                           trust_env=trust_env, transport=transport)
+    return AiohttpEngine(
+        timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env
+    )

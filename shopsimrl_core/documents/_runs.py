@@ -1,0 +1,240 @@
+"""Documents of a run directory: trace record, manifest, summary, checkpoint comparison.
+
+The formats are runtime-semantics §6, §12, §13 and §20.
+
+Field order is the format's: §12.1 for the trace record, §12.2 for a step, §6.2 for the manifest,
+§13.1 for the summary. Environment payloads (``reset``, ``final``, ``steps[].environment``) are the
+server's objects in the server's key order and stay plain objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from shopsimrl_core._versions import MANIFEST_SCHEMA, SUMMARY_SCHEMA, TRACE_SCHEMA
+from shopsimrl_core.documents._base import Document, Int, Number, Part, Str
+
+__all__ = [
+    "Job",
+    "Provenance",
+    "SelectedSkill",
+    "StepRecord",
+    "TraceRecord",
+    "RunManifest",
+    "SemanticPlan",
+    "EvalSummary",
+    "CheckpointComparison",
+    "CHECKPOINT_COMPARISON_SCHEMA",
+]
+
+CHECKPOINT_COMPARISON_SCHEMA = "shopsimrl-checkpoint-comparison-v1"
+
+
+class Job(Part):
+    """One planned episode: ``{task_id, sample_id, seed, split}`` in that order (runtime-semantics §4.2)."""
+
+    task_id: Int
+    sample_id: Int
+    seed: Int | None = None
+    split: Str
+
+
+class Provenance(Part):
+    """``{model, environment, prompt, skills, runtime}`` of one attempt (§12.1); empty for a boundary record."""
+
+    model: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    skills: dict[str, Any] | None = None
+    runtime: dict[str, Any] | None = None
+
+
+class SelectedSkill(Part):
+    """A skill record as stored in ``selected_skills`` (runtime-semantics §11.1)."""
+
+    skill_id: Str
+    content: Str
+    version: Str = "1"
+    metadata: dict[str, Any] = {}
+    content_sha256: Str | None = None
+
+
+class StepRecord(Part):
+    """One model turn (runtime-semantics §12.2) plus this project's additive ``request_seed`` and ``timing``."""
+
+    step_index: Int
+    observation: Str | None = None
+    tools: list[Any] = []
+    """The tool schemas offered in this turn (objects; the published example abbreviates them)."""
+    model: dict[str, Any] | None = None
+    policy_failure: dict[str, Any] | None = None
+    protocol_error: dict[str, Any] | None = None
+    protocol_feedback: dict[str, Any] | None = None
+    action: Str | None = None
+    environment: dict[str, Any] | None = None
+    request_seed: Int | None = None
+    timing: dict[str, Number] | None = None
+
+
+class TraceRecord(Document):
+    """One attempt of one episode, a line of ``traces.jsonl`` (``shopsimrl-episode-v4``, runtime-semantics §12)."""
+
+    SCHEMA: ClassVar[str] = TRACE_SCHEMA
+    KIND: ClassVar[str] = "trace record"
+
+    schema_version: Literal["shopsimrl-episode-v4"]
+    episode_id: Str
+    status: Literal["completed", "failed"]
+    job: Job
+    provenance: Provenance
+    started_at: Str | None = None
+    ended_at: Str | None = None
+    duration_ms: Number | None = None
+    reset: dict[str, Any] | None = None
+    selected_skills: list[SelectedSkill] = []
+    conversation: list[dict[str, Any]] = []
+    steps: list[StepRecord] = []
+    final: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+    """Additive: the attempt's time split (model, environment, harness)."""
+    attempt: dict[str, Any] | None = None
+    """Additive: ``{number, …}`` of this attempt in the run directory."""
+
+
+class SemanticPlan(Part):
+    """The plan stored in a manifest (runtime-semantics §6.2), keys in that order."""
+
+    pipeline_version: Str
+    experiment: Str
+    model_id: Str
+    model: dict[str, Any]
+    task_split: dict[str, Any]
+    task_ids_sha256: Str | None = None
+    jobs: list[Job]
+    environment: dict[str, Any]
+    runtime: dict[str, Any]
+    prompt: dict[str, Any]
+    skills: dict[str, Any]
+
+
+class RunManifest(Document):
+    """``manifest.json`` of a run directory (``shopsimrl-run-manifest-v1``, runtime-semantics §6.2)."""
+
+    SCHEMA: ClassVar[str] = MANIFEST_SCHEMA
+    KIND: ClassVar[str] = "run manifest"
+
+    schema_version: Literal["shopsimrl-run-manifest-v1"]
+    created_at: Str | None = None
+    plan_fingerprint: Str
+    fingerprint_scheme: Str | None = None
+    """Additive (§22.1): how ``plan_fingerprint`` was computed."""
+    plan: SemanticPlan
+    execution: dict[str, Any] | None = None
+    """Additive: the execution settings of the invocation that created the run (not fingerprinted)."""
+
+
+class SummaryCounts(Part):
+    """``counts`` of a summary (runtime-semantics §13.1)."""
+
+    requested: Int
+    trace_files: Int
+    completed: Int
+    failed: Int
+    scored: Int
+    coverage: Number
+
+
+class SummaryPrimary(Part):
+    """``primary`` of a summary: reward mean and SEM, success rate."""
+
+    reward_mean: Number | None
+    reward_sem: Number | None
+    success_rate: Number | None
+
+
+class SummaryBehavior(Part):
+    """``behavior`` of a summary, in the key order of runtime-semantics §13.1."""
+
+    steps_mean: Number | None
+    model_steps: Int
+    protocol_errors: Int
+    protocol_error_rate: Number | None
+    policy_failures: Int
+    policy_failure_rate: Number | None
+    invalid_action_rate: Number | None
+    invalid_actions: Int
+    total_actions: Int
+    termination_reasons: dict[str, Int]
+
+
+class SummaryCost(Part):
+    """``cost`` of a summary: mean duration and token sums."""
+
+    duration_ms_mean: Number | None
+    tokens: dict[str, Int]
+
+
+class EvalSummary(Document):
+    """``summary.json`` (``shopsimrl-eval-summary-v2``, runtime-semantics §13) plus additive blocks."""
+
+    SCHEMA: ClassVar[str] = SUMMARY_SCHEMA
+    KIND: ClassVar[str] = "run summary"
+
+    schema_version: Literal["shopsimrl-eval-summary-v2"]
+    created_at: Str
+    counts: SummaryCounts
+    primary: SummaryPrimary
+    reward_components: dict[str, Number]
+    behavior: SummaryBehavior
+    cost: SummaryCost
+    errors: dict[str, Int]
+
+
+class ComparisonAlignment(Part):
+    """How the two runs of a comparison line up."""
+
+    status: Literal["matched", "mismatched"]
+    checked_fields: list[Str]
+    differences: list[Str]
+    paired_tasks: Int
+    paired_episodes: Int
+    incomplete: dict[str, Int]
+    unpaired_tasks: dict[str, Int]
+
+
+class ComparisonMetric(Part):
+    """One metric of a comparison: both means, the task-level difference and its interval."""
+
+    a_mean: Number
+    b_mean: Number
+    mean_difference: Number
+    confidence_interval: list[Number] | None
+    pairs: Int
+
+
+class ComparisonPaired(Part):
+    """The paired part of a comparison: direction, bootstrap settings, metrics, success flips."""
+
+    pairs: Int
+    difference_direction: Literal["b_minus_a"]
+    metric_aggregation: Str
+    bootstrap: dict[str, Any]
+    metrics: dict[str, ComparisonMetric]
+    flips: dict[str, Int] | None
+
+
+class CheckpointComparison(Document):
+    """``comparison.json``: paired comparison of two runs (``shopsimrl-checkpoint-comparison-v1``, §20)."""
+
+    SCHEMA: ClassVar[str] = CHECKPOINT_COMPARISON_SCHEMA
+    KIND: ClassVar[str] = "checkpoint comparison"
+
+    schema_version: Literal["shopsimrl-checkpoint-comparison-v1"]
+    created_at: Str
+    runs: dict[str, Str]
+    models: dict[str, dict[str, Any]]
+    alignment: ComparisonAlignment
+    paired: ComparisonPaired
+
+

@@ -1,0 +1,267 @@
+"""The section models of an evaluation config (runtime-semantics §3): one pydantic model per YAML section.
+
+Promise: each of ``ExperimentConfig``, ``TasksConfig``, ``EnvironmentConfig``, ``RuntimeConfig``,
+``PromptConfig``, ``SkillsConfig`` and ``ModelConfig`` validates its section strictly (unknown keys,
+wrong types and out-of-range values are errors) and carries the defaults of the earlier harness;
+each field's docstring is the key's documentation. ``sanitize_name`` is the §3.2 name rule.
+Loading YAML, resolving paths and rendering errors live in ``runs/_config.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+__all__ = [
+    "ExperimentConfig",
+    "TasksConfig",
+    "EnvironmentConfig",
+    "RuntimeConfig",
+    "PromptConfig",
+    "SkillsConfig",
+    "ModelConfig",
+    "sanitize_name",
+]
+
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def sanitize_name(raw: str) -> str:
+    """Sanitise an experiment name or model id (§3.2); ``""`` when nothing is left (callers reject it).
+
+    Trim, replace runs of unsafe characters by ``-``, strip leading/trailing ``-`` and ``.``.
+    """
+    return _UNSAFE_RUN.sub("-", raw.strip()).strip("-.")
+
+
+def _check_http_transport(value: str, base_url: str | None) -> str:
+    # both engines serve http:// and https://; kept as the hook for engine/URL constraints
+    return value
+
+
+def _check_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"must be an http:// or https:// URL with a host (got {value!r}); fix the URL")
+    return value
+
+
+def _check_urls(values: list[str]) -> list[str]:
+    # Replicas / servers: each a URL, no repeats (trailing "/" ignored), so the spread is over distinct servers.
+    urls = [_check_url(value) for value in values]
+    seen = [url.rstrip("/") for url in urls]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"lists a URL twice (got {values!r}); list each server once")
+    return urls
+
+
+class _Section(BaseModel):
+    # strict: "30" is not an int and true is not a number; ints are still accepted for floats
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=False)
+
+
+class ExperimentConfig(_Section):
+    """Where the run goes and how it is executed."""
+
+    name: str | None = None
+    """Run name; default the YAML file's stem. Sanitised; the run directory is ``output_dir/name``."""
+    output_dir: str = "../runs"
+    """Folder holding run directories; relative to the YAML file's folder."""
+    dotenv: str | None = None
+    """Optional ``.env`` file (relative to the YAML); never overrides variables already set."""
+    seed: int = 20260828
+    """Experiment seed: task sampling and episode seeds derive from it."""
+    concurrency: int = Field(default=1, ge=1)
+    """Episodes in flight at once. Execution setting: not fingerprinted."""
+    resume: bool = True
+    """true: continue an existing run directory of the same plan; false: refuse a non-empty one."""
+    max_episode_retries: int = Field(default=2, ge=0)
+    """Additive (§22.3): failed attempts retried per episode **per invocation** (attempts = retries + 1)."""
+    max_attempts: int | None = Field(default=None, ge=1)
+    """Additive shorthand: attempts per episode per invocation (= max_episode_retries + 1)."""
+    max_total_attempts: int | None = Field(default=None, ge=1)
+    """Additive (§22.3): optional lifetime cap of trace lines per episode in the run directory (legacy: 3)."""
+    test_access_ledger: str | None = None
+    """Additive (§22.6): path of the append-only test-access ledger; default ``<output_dir>/test-access.jsonl``."""
+    max_planned_episodes: int = Field(default=100_000, ge=1)
+    """Additive: refuse a plan of more episodes than this (tasks × repeats); raise it on purpose. Execution setting."""
+    outage_budget_seconds: float = Field(default=300.0, ge=0)
+    """Additive: how long a run pauses and probes while the environment or model is unreachable; execution setting.
+
+    Past this budget the run fails with an outage error.
+    """
+
+    @model_validator(mode="after")
+    def _attempts_agree(self) -> ExperimentConfig:
+        if self.max_attempts is not None and "max_episode_retries" in self.model_fields_set:
+            if self.max_attempts != self.max_episode_retries + 1:
+                raise ValueError(
+                    f"experiment.max_attempts ({self.max_attempts}) contradicts experiment.max_episode_retries "
+                    f"({self.max_episode_retries}); attempts = retries + 1 — set only one of them"
+                )
+        return self
+
+    @property
+    def attempts_per_invocation(self) -> int:
+        """Attempts per episode allowed in one invocation."""
+        return self.max_attempts if self.max_attempts is not None else self.max_episode_retries + 1
+
+
+class TasksConfig(_Section):
+    """Which tasks to run."""
+
+    split_file: str
+    """Split JSON file (§4.1); relative to the YAML file's folder."""
+    split: str = Field(min_length=1)
+    """Split name inside the file."""
+    sample_size: int | None = Field(default=None, ge=1)
+    """Random sample of this many tasks (CPython ``Random(seed).sample``), or null for all."""
+    repeats: int = Field(default=1, ge=1)
+    """Samples per task (``sample_id = 0 … repeats-1``)."""
+
+
+class EnvironmentConfig(_Section):
+    """The ShopSimulator-compatible environment."""
+
+    base_url: str = Field(default="http://127.0.0.1:5700", min_length=1)
+    """Environment server URL."""
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds per environment call (reset waits for a slot without a read timeout)."""
+    persona: bool | None = None
+    """Persona mode; null takes the split's flag. Both set and different is an error."""
+    max_connections: int = Field(default=64, ge=1)
+    """Additive: pooled HTTP connections to the environment. Execution setting."""
+    http_transport: Literal["auto", "aiohttp", "httpx"] = "auto"
+    """Additive: HTTP engine (``auto``/``aiohttp``: aiohttp; ``httpx``: httpx's own client). Execution setting."""
+    reset_wait_seconds: float = Field(default=600.0, gt=0)
+    """Additive: longest wait of one reset for a free slot; then the attempt fails (stage reset). Execution setting."""
+    release_retry_seconds: float = Field(default=30.0, ge=0)
+    """Additive: how long a failed ``release_one`` is retried with backoff; execution setting.
+
+    After that the lease is left to the next start (it stays in the lease journal).
+    """
+    base_urls: list[str] = Field(default_factory=list)
+    """Additive: several servers used as one (``runs/_env_pool.py``); empty = ``base_url`` alone. Execution setting."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return _check_urls(value)
+
+    @field_validator("http_transport")
+    @classmethod
+    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
+        return _check_http_transport(value, info.data.get("base_url"))
+
+
+class RuntimeConfig(_Section):
+    """Episode runtime limits."""
+
+    max_steps: int = Field(default=30, ge=1)
+    """Model turns per episode, repair and policy-failure turns included."""
+
+
+class PromptConfig(_Section):
+    """System prompt source: built-in by default."""
+
+    system_prompt: str | None = None
+    """Inline system prompt."""
+    system_prompt_file: str | None = None
+    """System prompt file (UTF-8), relative to the YAML file's folder."""
+    language: Literal["zh", "en"] = "zh"
+    """Additive (§22.11): language of the built-in prompt and protocol texts; ``en`` has its own identities."""
+    prompt_texts_file: str | None = None
+    """Additive: JSON file of protocol texts (tool descriptions, repair text…), e.g. the legacy ones."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PromptConfig:
+        if self.system_prompt is not None and self.system_prompt_file is not None:
+            raise ValueError("set at most one of prompt.system_prompt and prompt.system_prompt_file")
+        return self
+
+
+class SkillsConfig(_Section):
+    """Skills injected into the system prompt."""
+
+    path: str | None = None
+    """SkillBank JSON (``shopsimrl-skillbank-v1``), or null for a bare run."""
+    max_skills: int | None = Field(default=None, ge=1)
+    """Inject at most this many selected skills; null = all."""
+
+
+class ModelConfig(_Section):
+    """The OpenAI-compatible model endpoint and sampling settings."""
+
+    id: str | None = None
+    """Model id used in the plan and run naming; default ``name``. Sanitised."""
+    name: str = Field(min_length=1)
+    """Served model name, sent as ``model`` in each request."""
+    base_url: str = Field(min_length=1)
+    """OpenAI base URL, e.g. ``http://127.0.0.1:30000/v1``."""
+    api_key_env: str | None = Field(default="OPENAI_API_KEY", min_length=1)
+    """Environment variable holding the API key; null = no auth header. Keys never live in files."""
+    checkpoint_id: str | None = Field(default=None, min_length=1)
+    """Provenance label of the weights (never sent)."""
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    """Sampling temperature."""
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    """Nucleus sampling; null leaves it out of the request."""
+    max_tokens: int = Field(default=512, ge=1)
+    """Tokens per call, thinking plus the tool call."""
+    timeout: float = Field(default=180.0, gt=0)
+    """Seconds per HTTP attempt. Execution setting (not fingerprinted)."""
+    max_retries: int = Field(default=5, ge=1)
+    """Total HTTP attempts per call. Execution setting."""
+    retry_backoff_seconds: float = Field(default=1.0, ge=0)
+    """Backoff base in seconds. Execution setting."""
+    trust_env: bool = True
+    """Honour proxy environment variables."""
+    stream: bool = False
+    """Use SSE streaming. Not part of any identity."""
+    send_seed: bool = True
+    """Send the per-call seed."""
+    seed_mod_2_32: bool = False
+    """Send per-call seeds reduced mod 2**32 (servers taking 32-bit seeds only). Semantic when true (§22.10)."""
+    tool_choice: str = Field(default="auto", min_length=1)
+    """``tool_choice`` sent with the tools."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra request keys merged at the top level of the body (e.g. ``enable_thinking``)."""
+    max_connections: int = Field(default=64, ge=1)
+    """Additive: pooled HTTP connections to the endpoint. Execution setting."""
+    http_transport: Literal["auto", "aiohttp", "httpx"] = "auto"
+    """Additive: HTTP engine; execution setting.
+
+    ``auto``: aiohttp, or httpx when an ALL_PROXY/SOCKS proxy applies; ``aiohttp``; ``httpx``.
+    """
+    base_urls: list[str] = Field(default_factory=list)
+    """Additive: replicas of the endpoint (``adapters/_replicas.py``); empty = ``base_url`` alone. Execution setting."""
+    replica_max_in_flight: int | None = Field(default=None, ge=1)
+    """Additive: requests in flight per replica; null = no cap. Execution setting."""
+    replica_probe_seconds: float = Field(default=2.0, gt=0)
+    """Additive: seconds between health probes of an ejected replica. Execution setting."""
+    tool_call_content: Literal["null", "empty", "omit"] = "null"
+    """Additive: ``content`` of a replayed assistant message that carries a tool call: ``null`` (default),
+    ``empty`` (``""``, needed by llama.cpp's server) or ``omit`` (no key). Semantic when not ``null``."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return _check_urls(value)
+
+    @field_validator("http_transport")
+    @classmethod
+    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
+        return _check_http_transport(value, info.data.get("base_url"))

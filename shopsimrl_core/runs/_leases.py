@@ -1,0 +1,400 @@
+"""The lease journal: the client, not the server, owns the cleanup of every environment lease.
+
+ShopSimulator frees a slot only on an explicit ``release_one`` (it has no lease expiry), so a run that
+dies holding leases leaves slots taken for good and the next run waits forever. The runs layer
+therefore keeps ``leases.jsonl`` in the run directory:
+
+- every lease a reset grants is written to the journal **before the episode uses it** (before the
+  first ``interact``; fsynced by group commit, see ``_durability.py``), and a ``released`` line
+  follows once ``release_one`` succeeded (a 409 counts as released: the server no longer knows the
+  lease);
+- ``release_one`` is retried with exponential backoff for ``environment.release_retry_seconds``;
+- at the next start of the same run directory every lease still outstanding in the journal is
+  released first (this is what heals a SIGKILL), and the journal is compacted.
+
+A reset also has a bounded wait for a free slot (``environment.reset_wait_seconds``) and the run is
+told (one notice) when resets start waiting. The one window left is a reset answer that arrives in
+the instant before the process is killed: the sandbox drops a reset whose client has gone, the real
+server keeps it (see docs/runs.md#leases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shopsimrl_core._errors import ShopSimulatorError
+from shopsimrl_core._hashing import write_bytes_atomic as _write_bytes_atomic
+from shopsimrl_core.runs._durability import request_fsync
+
+__all__ = ["LeaseJournal", "JournaledEnvironment", "JournaledSession", "JOURNAL_NAME"]
+
+JOURNAL_NAME = "leases.jsonl"
+_NOTICE_EVERY_S = 30.0
+
+
+def _now() -> str:
+    from shopsimrl_core.episode._trace import utc_now
+
+    return utc_now()
+
+
+class _DropIgnoredRelease(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "ignored" not in record.getMessage()
+
+
+class LeaseJournal:
+    """Append-only ``leases.jsonl`` of one run directory (group-committed fsync; a torn tail is ignored)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], invocation_id: str) -> None:
+        self.path = Path(run_dir) / JOURNAL_NAME
+        self.invocation_id = invocation_id
+
+    def _append(self, entry: dict[str, Any], *, durable: bool = True) -> None:
+        line = json.dumps(entry, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            if start > 0 and os.pread(fd, 1, start - 1) != b"\n":
+                line = b"\n" + line  # end a torn line left by a killed writer
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+                # The line is in the page cache now, so a killed process keeps it; the fsync (against
+                # a machine crash) is a group commit on a worker thread, since the event loop must stay
+                # free to read the next reset answer: a lease granted but not yet journaled can leak.
+                if durable:
+                    request_fsync(fd, str(self.path))
+            except OSError as exc:
+                os.ftruncate(fd, start)  # disk full / file too large: never leave half a line behind
+                if exc.filename is None:
+                    exc.filename = str(self.path)
+                raise
+        finally:
+            os.close(fd)
+
+    def acquired(self, env_idx: int, lease_id: str, base_url: str) -> None:
+        """Record a granted lease (call before the lease is used)."""
+        self._append(
+            {
+                "op": "acquired",
+                "env_idx": env_idx,
+                "lease_id": lease_id,
+                "base_url": base_url,
+                "invocation_id": self.invocation_id,
+                "at": _now(),
+            }
+        )
+
+    def released(self, env_idx: int, lease_id: str, base_url: str) -> None:
+        """Record that the server no longer holds *lease_id*.
+
+        Not fsynced: the line is in the page cache at once (a killed process keeps it), and losing it
+        in a machine crash only costs a harmless 409 at the next start; one fsync less per episode
+        keeps the event loop free to read reset answers.
+        """
+        self._append(
+            {
+                "op": "released",
+                "env_idx": env_idx,
+                "lease_id": lease_id,
+                "base_url": base_url,
+                "invocation_id": self.invocation_id,
+                "at": _now(),
+            },
+            durable=False,
+        )
+
+    def outstanding(self) -> list[dict[str, Any]]:
+        """Acquired leases without a ``released`` line, in journal order."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        held: dict[str, dict[str, Any]] = {}
+        for line in raw.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # torn tail of a killed writer
+            if not isinstance(entry, dict) or not isinstance(entry.get("lease_id"), str):
+                continue
+            if entry.get("op") == "acquired":
+                held[entry["lease_id"]] = entry
+            elif entry.get("op") == "released":
+                held.pop(entry["lease_id"], None)
+        return list(held.values())
+
+    def compact(self) -> None:
+        """Rewrite the journal atomically with only the outstanding leases (or remove it when none)."""
+        left = self.outstanding()
+        if not left:
+            self.path.unlink(missing_ok=True)
+            return
+        data = b"".join(json.dumps(e, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n" for e in left)
+        _write_bytes_atomic(self.path, data)
+
+
+class JournaledEnvironment:
+    """Wraps one ``ShopSimulatorClient`` so every lease of the run is journaled and released with retries.
+
+    ``session()`` returns a :class:`JournaledSession` with the public surface of ``EnvironmentSession``
+    that the episode runtime uses (``reset``, ``interact``, ``terminate``, ``close`` and the version
+    attributes). *notice* receives one-line console messages (e.g. "waiting for a free slot").
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        journal: LeaseJournal,
+        *,
+        reset_wait_seconds: float,
+        release_retry_seconds: float,
+        notice: Callable[[str], Any] | None = None,
+        notice_after_seconds: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.journal = journal
+        self.reset_wait_seconds = reset_wait_seconds
+        self.release_retry_seconds = release_retry_seconds
+        self.notice_after_seconds = min(notice_after_seconds, reset_wait_seconds)
+        self._notice = notice
+        self.waiting = 0
+        self._last_wait_notice = -1e9
+        self.leases_released = 0
+        self.releases_failed = 0
+        self._releases: set[asyncio.Task[bool]] = set()
+
+    @property
+    def base_url(self) -> str:
+        return str(self.client.base_url)
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (identity, persona, timeout, ...) is the wrapped client's.
+        if name == "client":
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+    def notice(self, text: str) -> None:
+        if self._notice is not None:
+            try:
+                self._notice(text)
+            except Exception:  # a broken display must not stop the run
+                pass
+
+    def session(self) -> JournaledSession:
+        """A new journaled lease scope for one episode."""
+        return JournaledSession(self, self.client.session())
+
+    async def health(self) -> dict[str, Any]:
+        """The wrapped client's ``GET /healthz``."""
+        return await self.client.health()
+
+    async def release(self, env_idx: int, lease_id: str, *, budget_seconds: float | None = None) -> bool:
+        """``release_one`` with exponential backoff (0.1 s doubling to 2 s) for *budget_seconds*.
+
+        Returns True once the server no longer holds the lease (a 409 counts) and the journal says
+        so; False when every try failed (the lease stays outstanding for the next start).
+        """
+        budget = self.release_retry_seconds if budget_seconds is None else budget_seconds
+        deadline = time.monotonic() + budget
+        delay = 0.1
+        while True:
+            probe = self.client.session()
+            probe.env_idx, probe.lease_id = env_idx, lease_id
+            try:
+                await probe.close()
+            except ShopSimulatorError:
+                if time.monotonic() + delay > deadline:
+                    self.releases_failed += 1
+                    return False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self.journal.released(env_idx, lease_id, self.base_url)
+            self.leases_released += 1
+            return True
+
+    async def recover(self) -> tuple[int, int]:
+        """Release every lease an earlier invocation left outstanding; return ``(released, left)``.
+
+        Leases journaled against another environment URL are kept (they cannot be released here).
+        """
+        entries = self.journal.outstanding()
+        released = kept = 0
+        # A 409 here is the normal case of a release that reached the server just before the kill:
+        # the adapter's "release ignored" warning would only be noise.
+        quiet = _DropIgnoredRelease()
+        logging.getLogger("shopsimrl_core.environment").addFilter(quiet)
+        try:
+            released, kept = await self._release_entries(entries)
+        finally:
+            logging.getLogger("shopsimrl_core.environment").removeFilter(quiet)
+        if entries:
+            self.journal.compact()
+        return released, kept
+
+    async def _release_entries(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
+        released = kept = 0
+        for entry in entries:
+            if str(entry.get("base_url", "")).rstrip("/") != self.base_url.rstrip("/") or not isinstance(
+                entry.get("env_idx"), int
+            ):
+                kept += 1
+                continue
+            if await self.release(entry["env_idx"], entry["lease_id"]):
+                released += 1
+            else:
+                kept += 1
+        return released, kept
+
+    def _waiting_changed(self, delta: int) -> None:
+        self.waiting += delta
+        now = time.monotonic()
+        if delta > 0 and now - self._last_wait_notice >= _NOTICE_EVERY_S:
+            self._last_wait_notice = now
+            self.notice(
+                f"waiting for a free environment slot ({self.waiting} reset(s) waiting; each waits up to "
+                f"{self.reset_wait_seconds:g} s, environment.reset_wait_seconds)"
+            )
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most *timeout* s) for releases still running in the background."""
+        if self._releases:
+            await asyncio.wait(set(self._releases), timeout=timeout)
+
+
+class JournaledSession:
+    """One episode's lease, journaled. Same surface as ``EnvironmentSession`` for the runtime."""
+
+    def __init__(self, owner: JournaledEnvironment, inner: Any) -> None:
+        self.owner = owner
+        self.inner = inner
+        self._journaled: tuple[int, str] | None = None
+
+    # the attributes the runtime and tests read
+    @property
+    def environment_version(self) -> str | None:
+        return self.inner.environment_version
+
+    @property
+    def observation_version(self) -> str | None:
+        return self.inner.observation_version
+
+    @property
+    def env_idx(self) -> int | None:
+        return self.inner.env_idx
+
+    @property
+    def lease_id(self) -> str | None:
+        return self.inner.lease_id
+
+    @property
+    def done(self) -> bool:
+        return bool(self.inner.done)
+
+    @property
+    def holds_lease(self) -> bool:
+        return self.inner.lease_id is not None
+
+    async def __aenter__(self) -> JournaledSession:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    def _journal_lease(self) -> None:
+        if self.inner.lease_id is not None and self._journaled is None:
+            self._journaled = (self.inner.env_idx, self.inner.lease_id)
+            self.owner.journal.acquired(self.inner.env_idx, self.inner.lease_id, self.owner.base_url)
+
+    async def reset(self, task_id: int) -> dict[str, Any]:
+        """Reset with a bounded wait for a slot; the granted lease is journaled before this returns.
+
+        Raises:
+            ShopSimulatorError: no free slot within ``reset_wait_seconds``, or the wrapped reset failed.
+            OSError: the journal could not be written (the lease is released first).
+        """
+        owner = self.owner
+        task = asyncio.ensure_future(self.inner.reset(task_id))
+        waiting = False
+        try:
+            done, _ = await asyncio.wait([task], timeout=owner.notice_after_seconds)
+            if not done:
+                waiting = True
+                owner._waiting_changed(+1)
+                rest = max(owner.reset_wait_seconds - owner.notice_after_seconds, 0.0)
+                done, _ = await asyncio.wait([task], timeout=rest)
+            if not done:
+                task.cancel()  # the adapter finishes and releases a lease granted after this
+                await asyncio.gather(task, return_exceptions=True)
+                raise ShopSimulatorError(
+                    f"environment reset: no free slot within {owner.reset_wait_seconds:g} s "
+                    "(environment.reset_wait_seconds); every slot is leased — by this run, another run, or leaked",
+                    code="reset-wait-exceeded",
+                )
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            if waiting:
+                owner._waiting_changed(-1)
+            if task.done() and not task.cancelled():
+                try:
+                    self._journal_lease()  # also when a check after the grant failed: close releases it
+                except OSError:
+                    await self.close()
+                    raise
+        return task.result()
+
+    async def interact(self, action: str) -> dict[str, Any]:
+        """Delegate to the wrapped session (never retried)."""
+        return await self.inner.interact(action)
+
+    async def terminate(self, reason: str) -> dict[str, Any]:
+        """Delegate to the wrapped session."""
+        return await self.inner.terminate(reason)
+
+    async def close(self) -> None:
+        """Release the lease (retried with backoff) and journal the release. Safe to call twice.
+
+        Runs shielded: a cancelled episode waits a short grace for its release, then the release goes
+        on in the background; a lease whose release never succeeds stays in the journal and is
+        released at the next start of the run.
+
+        Raises:
+            ShopSimulatorError: every release try failed (recorded as a cleanup error).
+        """
+        env_idx, lease_id = self.inner.env_idx, self.inner.lease_id
+        if lease_id is None:
+            return
+        self.inner.env_idx = self.inner.lease_id = None  # the wrapped close becomes a no-op
+        if self._journaled is None:
+            try:
+                self.owner.journal.acquired(env_idx, lease_id, self.owner.base_url)
+            except OSError:
+                pass  # released right below anyway
+        owner = self.owner
+        release = asyncio.ensure_future(owner.release(env_idx, lease_id))
+        owner._releases.add(release)
+        release.add_done_callback(owner._releases.discard)
+        try:
+            ok = await asyncio.shield(release)
+        except asyncio.CancelledError:
+            await asyncio.wait([release], timeout=2.0)
+            raise
+        if not ok:
+            raise ShopSimulatorError(
+                f"environment release_one of slot {env_idx} failed for {owner.release_retry_seconds:g} s "
+                f"(environment.release_retry_seconds); the lease stays in {JOURNAL_NAME} "
+                "and is released at the next start",
+                code="release-failed",
+            )

@@ -1,0 +1,164 @@
+"""Riding out outages: pause dispatching while the environment or the model is unreachable.
+
+A failed attempt whose error points at the environment (reset / step / termination errors) or at the
+model (a request that failed after its own retries) makes the evaluator ask :class:`OutageGate` to
+probe that service once. If the probe fails, the gate closes: no new attempt starts, the service is
+probed with backoff (0.5 s doubling to 5 s) and the gate opens again once it answers. An outage
+longer than ``experiment.outage_budget_seconds`` ends the run with :class:`OutageError`; attempts
+that failed because of a confirmed outage do not use up the episode's attempts of this invocation.
+
+Between two attempts of the same episode the evaluator also waits a jittered backoff
+(:func:`retry_delay`), so a burst of failures never turns into hundreds of attempts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shopsimrl_core._errors import ShopSimRLError
+
+__all__ = ["OutageError", "OutageGate", "suspected_service", "retry_delay"]
+
+
+class OutageError(ShopSimRLError):
+    """The environment or the model stayed unreachable for longer than the outage budget."""
+
+    code = "outage-budget-exhausted"
+
+
+def retry_delay(failed_attempts: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait before an episode's next attempt after *failed_attempts* failures.
+
+    0.5 s doubling per failure, capped at 8 s, times a jitter in [0.5, 1].
+    """
+    base = min(0.5 * 2 ** max(failed_attempts - 1, 0), 8.0)
+    return base * (0.5 + 0.5 * (rng or random).random())
+
+
+_ENV_TYPES = {"ShopSimulatorError"}
+_MODEL_TYPES = {"ModelRequestError"}
+
+
+def suspected_service(record: dict[str, Any]) -> str | None:
+    """``"environment"`` / ``"model"`` when a failed record's error may come from an outage, else None."""
+    error = record.get("error")
+    if record.get("status") != "failed" or not isinstance(error, dict):
+        return None
+    kind = error.get("type")
+    if kind in _MODEL_TYPES:
+        return "model"
+    if kind in _ENV_TYPES:
+        return "environment"
+    return None
+
+
+class OutageGate:
+    """Pauses dispatching while a service is unreachable; shared by all workers of one run.
+
+    ``probes`` maps a service name to a coroutine that raises when the service is unreachable;
+    *notice* gets one-line console messages.
+    """
+
+    def __init__(
+        self,
+        budget_seconds: float,
+        probes: dict[str, Callable[[], Awaitable[Any]]],
+        *,
+        notice: Callable[[str], Any] | None = None,
+        probe_timeout: float = 5.0,
+    ) -> None:
+        self.budget_seconds = budget_seconds
+        self.probes = probes
+        self.probe_timeout = probe_timeout
+        self._notice = notice
+        self._open = asyncio.Event()
+        self._open.set()
+        self._riding: asyncio.Task[None] | None = None
+        self.failure: OutageError | None = None
+        self.outages = 0
+        self.paused_seconds = 0.0
+
+    def notice(self, text: str) -> None:
+        if self._notice is not None:
+            try:
+                self._notice(text)
+            except Exception:
+                pass
+
+    async def wait_open(self) -> None:
+        """Return when dispatching may go on.
+
+        Raises:
+            OutageError: the outage budget ran out.
+        """
+        await self._open.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _probe(self, service: str) -> str | None:
+        try:
+            await asyncio.wait_for(self.probes[service](), timeout=self.probe_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    async def check(self, service: str) -> bool:
+        """Probe *service* after a suspicious failure; True when an outage is (or already was) under way.
+
+        Returns only once the outage is over (or the budget is exhausted: then ``wait_open`` raises).
+        """
+        if service not in self.probes:
+            return False
+        if self._riding is None:
+            problem = await self._probe(service)
+            if problem is None:
+                return False
+            if self._riding is None:  # another worker may have started riding meanwhile
+                self.outages += 1
+                self._open.clear()
+                self.notice(
+                    f"{service} unreachable ({problem[:200]}); pausing new episodes and probing for up to "
+                    f"{self.budget_seconds:g} s (experiment.outage_budget_seconds)"
+                )
+                self._riding = asyncio.ensure_future(self._ride(service))
+        # shielded: one cancelled worker must not stop the probing the others wait on
+        await asyncio.shield(self._riding)
+        return True
+
+    async def _ride(self, service: str) -> None:
+        started = time.monotonic()
+        delay = 0.5
+        try:
+            while True:
+                await asyncio.sleep(delay)
+                problem = await self._probe(service)
+                elapsed = time.monotonic() - started
+                if problem is None:
+                    self.paused_seconds += elapsed
+                    self.notice(f"{service} answers again after {elapsed:.1f} s; resuming")
+                    return
+                if elapsed >= self.budget_seconds:
+                    self.paused_seconds += elapsed
+                    self.failure = OutageError(
+                        f"{service} unreachable for {elapsed:.0f} s, longer than experiment.outage_budget_seconds "
+                        f"({self.budget_seconds:g}): {problem[:200]}; completed attempts are stored — "
+                        f"fix the {service} "
+                        "and rerun the same command to resume",
+                        code="outage-budget-exhausted",
+                    )
+                    return
+                delay = min(delay * 2, 5.0)
+        finally:
+            self._riding = None
+            self._open.set()
+
+    def cancel(self) -> None:
+        """Stop probing (the run is being interrupted)."""
+        if self._riding is not None and not self._riding.done():
+            self._riding.cancel()

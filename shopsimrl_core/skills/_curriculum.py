@@ -1,0 +1,102 @@
+"""The frozen skill curriculum of a training round (``shopsimrl-skill-curriculum-v1``, runtime-semantics §19.2).
+
+Built once from the round's selected SkillBank (the online gate's output, whose records carry
+``metadata.estimated_effect``) and then frozen: its ``state_id`` is the fingerprint of its core
+fields, and every rollout group's skill assignment is a pure function of ``(seed, state_id,
+group_key)``, so the same state always assigns the same chunks to the same group.
+
+- ``ρ_c = clip(ρ_min + (ρ_max − ρ_min) · effect_c / scale, ρ_min, ρ_max)``; ``scale`` is the largest
+  active effect unless ``contribution_scale`` is given (mapping ``clipped_linear_positive_contribution``).
+- A group is skill-free when ``draw("skill-free") < q``; otherwise chunk *c* is included when
+  ``draw("chunk:<c>") < ρ_c``, with ``draw(x) = u64_be(SHA-256("{seed}:{state_id}:{group_key}:{x}")[0:8]) / 2⁶⁴``.
+  Modes: ``skill_free``, ``assisted`` (≥ 1 chunk) and ``assisted_empty`` (no chunk drawn).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from shopsimrl_core._errors import SkillError
+from shopsimrl_core._hashing import fingerprint, write_json_atomic
+
+__all__ = ["CURRICULUM_SCHEMA", "build_curriculum", "assign_group", "write_curriculum"]
+
+CURRICULUM_SCHEMA = "shopsimrl-skill-curriculum-v1"
+_MAPPING = "clipped_linear_positive_contribution"
+
+
+def _effect(record: dict[str, Any]) -> float:
+    value = (record.get("metadata") or {}).get("estimated_effect")
+    if isinstance(value, dict):  # some banks store the estimate block, not the number
+        value = value.get("reward", value.get("coefficient"))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def build_curriculum(
+    bank: dict[str, Any],
+    *,
+    round_id: str,
+    skillbank_path: str | Path | None = None,
+    seed: int = 20260901,
+    skill_free_probability: float = 0.2,
+    rho_min: float = 0.2,
+    rho_max: float = 0.9,
+    contribution_scale: float | None = None,
+) -> dict[str, Any]:
+    """The frozen curriculum state of *bank*'s enabled chunks (document order).
+
+    Raises:
+        SkillError (``curriculum-invalid``): q or ρ bounds outside [0, 1], ρ_min > ρ_max, a
+            non-positive scale, or a bank with no enabled chunk.
+    """
+    if not 0.0 <= skill_free_probability <= 1.0 or not 0.0 <= rho_min <= rho_max <= 1.0:
+        raise SkillError(f"curriculum: need 0 <= q <= 1 and 0 <= rho_min <= rho_max <= 1 (q={skill_free_probability}, "
+                         f"rho=[{rho_min}, {rho_max}])", code="curriculum-invalid")
+    active = [s for s in bank.get("skills", []) if s.get("enabled") is not False]
+    if not active:
+        raise SkillError("curriculum: the selected bank has no enabled chunk; nothing to schedule",
+                         code="curriculum-invalid")
+    effects = [_effect(s) for s in active]
+    if contribution_scale is None:
+        scale, source = max(effects), "largest_active_effect"
+    else:
+        scale, source = float(contribution_scale), "given"
+    if scale <= 0:
+        raise SkillError(f"curriculum: contribution scale must be > 0, got {scale} (no chunk has a positive "
+                         "effect; pass contribution_scale)", code="curriculum-invalid")
+    chunks = []
+    for record, effect in zip(active, effects):
+        rho = min(rho_max, max(rho_min, rho_min + (rho_max - rho_min) * effect / scale))
+        chunks.append({"skill_id": record["skill_id"], "version": str(record.get("version", "1")),
+                       "content": record["content"],
+                       "content_sha256": record.get("content_sha256", fingerprint(record["content"])),
+                       "metadata": dict(record.get("metadata") or {}), "contribution": effect,
+                       "inclusion_probability": rho})
+    core = {"schema_version": CURRICULUM_SCHEMA, "round_id": round_id, "seed": seed,
+            "skill_free_probability": skill_free_probability, "chunks": chunks,
+            "source": {"skillbank_path": str(skillbank_path) if skillbank_path is not None else None,
+                       "skillbank_sha256": fingerprint(bank),
+                       "probability_mapping": {"name": _MAPPING, "rho_min": rho_min, "rho_max": rho_max,
+                                               "contribution_scale": scale, "scale_source": source}}}
+    return {**core, "state_id": fingerprint(core)}
+
+
+def _draw(state: dict[str, Any], group_key: str, what: str) -> float:
+    text = f"{state['seed']}:{state['state_id']}:{group_key}:{what}"
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+def assign_group(state: dict[str, Any], group_key: str) -> dict[str, Any]:
+    """``{mode, included_chunk_ids}`` of one rollout group (all samples of a prompt share it)."""
+    if _draw(state, group_key, "skill-free") < state["skill_free_probability"]:
+        return {"mode": "skill_free", "included_chunk_ids": []}
+    included = [c["skill_id"] for c in state["chunks"]
+                if _draw(state, group_key, f"chunk:{c['skill_id']}") < c["inclusion_probability"]]
+    return {"mode": "assisted" if included else "assisted_empty", "included_chunk_ids": included}
+
+
+def write_curriculum(state: dict[str, Any], path: str | Path) -> Path:
+    """Write the state as a pretty JSON document, atomically."""
+    return write_json_atomic(path, state)

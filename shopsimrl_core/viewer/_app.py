@@ -1,0 +1,605 @@
+"""``shopsimrl view``: a read-only local web app over run directories (Starlette, server-rendered).
+
+Pages (URLs fixed by the cross-team contract): ``/`` runs; ``/run/<rel>`` a run's summary and its
+filterable episode table (from the run index, never from all traces); ``/run/<rel>/episode/<id>``
+one transcript; ``/run/<rel>/label/<label>`` a failure label's episodes (``labels.parquet``);
+``/compare?a=<rel>&b=<rel>[&task=<id>]``; ``/skillbank?path=<rel>[&run=<rel>]``.
+
+Safety: only run directories under the roots are served (see ``_paths``); every trace text goes
+through Jinja2 autoescape; the CSP allows no script; the Host header must be a loopback name
+when bound to loopback (DNS rebinding). The only file the viewer may write is the run index
+sidecar, and only when no process holds the run directory.
+
+Why one module: the page handlers are closures over one app's roots, templates and index cache;
+splitting them apart would thread that state through every handler for no reader's benefit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from shopsimrl_core._hashing import json_list, json_object
+from shopsimrl_core.viewer._data import IndexCache, json_text, labels_of, number_param, page_of, read_json, run_meta
+from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
+
+__all__ = ["create_app", "create_viewer_app", "serve", "SORT_COLUMNS"]
+
+SORT_COLUMNS = (
+    "episode_id",
+    "task_id",
+    "reward",
+    "n_steps",
+    "protocol_errors",
+    "invalid_actions",
+    "duration_ms",
+    "attempts",
+)
+_TABLE_COLUMNS = [
+    "episode",
+    "task",
+    "sample",
+    "status",
+    "reward",
+    "success",
+    "termination / error",
+    "category",
+    "steps",
+    "protocol errors",
+    "invalid actions",
+    "attempts",
+    "duration ms",
+    "label",
+]
+_MAX_FLIPS_SHOWN = 1000  # longer lists are counted, and the first 1000 of each listed
+_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+def _href_run(rel: str) -> str:
+    return "/run/" + quote(rel, safe="/")
+
+
+def _href_episode(rel: str, eid: str) -> str:
+    return f"{_href_run(rel)}/episode/{quote(eid, safe='')}"
+
+
+def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") -> Any:
+    """The viewer as an ASGI app serving the run directories under *roots* (read-only).
+
+    Raises:
+        FileNotFoundError: a root is not a directory.
+    """
+    import polars as pl
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, Response
+    from starlette.routing import Route
+
+    from shopsimrl_core.viewer._templates import environment
+
+    viewer_roots = ViewerRoots(roots)
+    templates = environment()
+    indexes = IndexCache()
+
+    def render(name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
+        html = templates.get_template(name).render(**context)
+        return HTMLResponse(
+            html,
+            status_code=http_status,
+            headers={
+                "Content-Security-Policy": _CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store",
+            },
+        )
+
+    def refused(message: str, status: int = 404) -> HTMLResponse:
+        return render("error", http_status=status, title=f"{status} not served", message=message)
+
+    def run_of(rel: str) -> RunRef:
+        return viewer_roots.run(rel)
+
+    async def runs_page(request: Request) -> Response:
+        items = []
+        for run in viewer_roots.runs():
+            summary = read_json(run.path / "summary.json") or {}
+            counts = summary.get("counts") or {}
+            primary = summary.get("primary") or {}
+            items.append(
+                {
+                    "rel": run.rel,
+                    "href": _href_run(run.rel),
+                    **run_meta(run),
+                    "completed": counts.get("completed", "?"),
+                    "requested": counts.get("requested", "?"),
+                    "coverage": counts.get("coverage"),
+                    "failed": counts.get("failed", "?"),
+                    "reward_mean": primary.get("reward_mean"),
+                    "success_rate": primary.get("success_rate"),
+                    "labels": (run.path / "labels.parquet").is_file(),
+                }
+            )
+        return render("runs", runs=items, roots=[str(r) for r in viewer_roots.roots])
+
+    def run_page(request: Request, run: RunRef) -> Response:
+        params = request.query_params
+        index = indexes.get(run.path)
+        episodes = index.episodes
+        labels = labels_of(run)
+        label_choices: list[str] = []
+        label_counts: list[tuple[str, int]] = []
+        if labels is not None and labels.height:
+            outcomes = labels.select("episode_id", "outcome", "labels")
+            episodes = episodes.join(outcomes, on="episode_id", how="left")
+            counts = labels.group_by("outcome").agg(pl.len().alias("n")).sort("outcome").iter_rows()
+            label_counts = [(str(k), int(n)) for k, n in counts]
+            label_choices = sorted(
+                {str(x) for x in labels.get_column("outcome").to_list()}
+                | {str(name) for names in labels.get_column("labels").to_list() for name in (names or [])}
+            )
+        else:
+            episodes = episodes.with_columns(
+                pl.lit(None, dtype=pl.Utf8).alias("outcome"), pl.lit(None, dtype=pl.List(pl.Utf8)).alias("labels")
+            )
+        f: dict[str, Any] = {
+            k: params.get(k, "")
+            for k in (
+                "status",
+                "success",
+                "reward_min",
+                "reward_max",
+                "termination",
+                "label",
+                "category",
+                "steps_min",
+                "steps_max",
+                "protocol",
+            )
+        }
+        f["sort"] = params.get("sort", "episode_id") if params.get("sort") in SORT_COLUMNS else "episode_id"
+        f["order"] = "desc" if params.get("order") == "desc" else "asc"
+        per = number_param(params, "per", int) or 50
+        f["per"] = per = max(1, min(per, 500))
+        page = max(1, number_param(params, "page", int) or 1)
+        cond = []
+        if f["status"] in ("completed", "failed"):
+            cond.append(pl.col("complete") if f["status"] == "completed" else ~pl.col("complete"))
+        if f["success"] == "yes":
+            cond.append(pl.col("r_success").fill_null(0.0) >= 1.0)
+        elif f["success"] == "no":
+            cond.append(pl.col("r_success").fill_null(0.0) < 1.0)
+        for key, op in (("reward_min", "ge"), ("reward_max", "le")):
+            value = number_param(params, key, float)
+            if value is not None:
+                cond.append(getattr(pl.col("reward"), op)(value))
+        if f["termination"]:
+            cond.append((pl.col("termination_reason") == f["termination"]) | (pl.col("error_type") == f["termination"]))
+        if f["category"]:
+            cond.append(pl.col("category") == f["category"])
+        if f["label"]:
+            cond.append((pl.col("outcome") == f["label"]) | pl.col("labels").list.contains(f["label"]).fill_null(False))
+        for key, op in (("steps_min", "ge"), ("steps_max", "le")):
+            value = number_param(params, key, int)
+            if value is not None:
+                cond.append(getattr(pl.col("n_steps"), op)(value))
+        if f["protocol"] == "none":
+            cond.append(pl.col("protocol_errors") == 0)
+        elif f["protocol"] == "some":
+            cond.append(pl.col("protocol_errors") > 0)
+        chosen = episodes.filter(pl.all_horizontal(cond)) if cond else episodes
+        total = chosen.height
+        pages = max(1, math.ceil(total / per))
+        page = min(page, pages)
+        window = page_of(chosen, f["sort"], f["order"] == "desc", (page - 1) * per, per)
+        rows = []
+        for row in window.iter_rows(named=True):
+            row["href"] = _href_episode(run.rel, row["episode_id"])
+            rows.append(row)
+
+        def page_href(number: int) -> str:
+            query = {k: v for k, v in params.items() if k != "page" and v != ""}
+            query["page"] = str(number)
+            return f"{_href_run(run.rel)}?{urlencode(query)}"
+
+        choices = {
+            "termination": sorted(
+                {str(v) for v in episodes.get_column("termination_reason").drop_nulls().unique().to_list()}
+                | {str(v) for v in episodes.get_column("error_type").drop_nulls().unique().to_list()}
+            ),
+            "category": sorted(str(v) for v in episodes.get_column("category").drop_nulls().unique().to_list()),
+            "label": label_choices,
+        }
+        return render(
+            "run",
+            rel=run.rel,
+            run_href=_href_run(run.rel),
+            meta=run_meta(run),
+            summary=read_json(run.path / "summary.json"),
+            f=f,
+            choices=choices,
+            sorts=SORT_COLUMNS,
+            rows=rows,
+            total=total,
+            n_episodes=index.episodes.height,
+            page=page,
+            pages=pages,
+            prev_href=page_href(page - 1) if page > 1 else None,
+            next_href=page_href(page + 1) if page < pages else None,
+            columns=_TABLE_COLUMNS,
+            label_counts=label_counts,
+        )
+
+    def episode_page(request: Request, run: RunRef, eid: str) -> Response:
+        index = indexes.get(run.path)
+        record = index.read_record(eid)
+        if not isinstance(record, dict):
+            return refused(f"episode {eid!r} is not in run {run.rel!r}")
+        conversation = json_list(record.get("conversation"))
+        system_prompt = next(
+            (m.get("content") for m in conversation if isinstance(m, dict) and m.get("role") == "system"), None
+        )
+        reset = json_object(record.get("reset"))
+        steps = []
+        for step in record.get("steps") or []:
+            if not isinstance(step, dict):
+                continue
+            model = json_object(step.get("model"))
+            environment_ = json_object(step.get("environment"))
+            feedback = (
+                environment_.get("action_feedback") if isinstance(environment_.get("action_feedback"), dict) else None
+            )
+            calls = []
+            for call in model.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    raw = call.get("raw_arguments")
+                    calls.append(
+                        {
+                            "name": call.get("name"),
+                            "arguments": raw if isinstance(raw, str) else json_text(call.get("arguments")),
+                        }
+                    )
+            steps.append(
+                {
+                    "step_index": step.get("step_index"),
+                    "observation": str(step.get("observation") or ""),
+                    "reasoning": model.get("reasoning"),
+                    "content": model.get("content"),
+                    "tool_calls": calls,
+                    "action": step.get("action"),
+                    "feedback": feedback or None,
+                    "protocol_error": step.get("protocol_error")
+                    if isinstance(step.get("protocol_error"), dict)
+                    else None,
+                    "protocol_feedback": json_text(step["protocol_feedback"])
+                    if step.get("protocol_feedback")
+                    else None,
+                    "policy_failure": step.get("policy_failure")
+                    if isinstance(step.get("policy_failure"), dict)
+                    else None,
+                    "timing": step.get("timing") if isinstance(step.get("timing"), dict) else None,
+                    "usage": model.get("usage") if isinstance(model.get("usage"), dict) else None,
+                    "finish_reason": model.get("finish_reason"),
+                }
+            )
+        final = record.get("final") if isinstance(record.get("final"), dict) else None
+        detail = final.get("reward_detail") if final and isinstance(final.get("reward_detail"), dict) else {}
+        reward_detail = [(k, json_text(v) if isinstance(v, (dict, list)) else v) for k, v in detail.items()]
+        job = json_object(record.get("job"))
+        provenance = json_object(record.get("provenance"))
+        model_identity = json_object(provenance.get("model"))
+        compare_links = []
+        task_id = job.get("task_id")
+        if task_id is not None:
+            for other in viewer_roots.runs():
+                if other.rel != run.rel:
+                    compare_links.append(
+                        {
+                            "rel": other.rel,
+                            "href": "/compare?" + urlencode({"a": run.rel, "b": other.rel, "task": task_id}),
+                        }
+                    )
+        persona = reset.get("user_persona")
+        return render(
+            "episode",
+            rel=run.rel,
+            run_href=_href_run(run.rel),
+            self_href=_href_episode(run.rel, eid),
+            eid=eid,
+            job=job,
+            attempt=record.get("attempt") or {},
+            status=record.get("status"),
+            complete=index.episode(eid)["complete"],
+            checkpoint=model_identity.get("checkpoint_id") or model_identity.get("model"),
+            duration_ms=record.get("duration_ms"),
+            timing=record.get("timing") if isinstance(record.get("timing"), dict) else None,
+            error=record.get("error") if isinstance(record.get("error"), dict) else None,
+            system_prompt=system_prompt or "",
+            skills=[s for s in record.get("selected_skills") or [] if isinstance(s, dict)],
+            persona=json_text(persona) if persona else None,
+            task_instruction=reset.get("task_instruction"),
+            steps=steps,
+            final=final,
+            reward_detail=reward_detail,
+            purchase=json_text(final.get("purchase")) if final else "",
+            goal=json_text(final.get("goal")) if final else "",
+            compare_links=compare_links[:20],
+        )
+
+    def label_page(request: Request, run: RunRef, label: str) -> Response:
+        labels = labels_of(run)
+        if labels is None:
+            return refused(f"run {run.rel!r} has no labels.parquet; materialize episode_labels (or label_run) first")
+        hit = labels.filter((pl.col("outcome") == label) | pl.col("labels").list.contains(label).fill_null(False)).sort(
+            "episode_id"
+        )
+        rows = []
+        for row in hit.iter_rows(named=True):
+            try:
+                evidence = json.loads(row.get("evidence_json") or "{}")
+            except ValueError:
+                evidence = {}
+            steps = evidence.get(label) if isinstance(evidence, dict) else None
+            rows.append(
+                {
+                    "episode_id": row["episode_id"],
+                    "task_id": row.get("task_id"),
+                    "outcome": row.get("outcome"),
+                    "labels": row.get("labels") or [],
+                    "reward": row.get("reward"),
+                    "steps": [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else [],
+                    "href": _href_episode(run.rel, row["episode_id"]),
+                }
+            )
+        return render("label", rel=run.rel, run_href=_href_run(run.rel), label=label, rows=rows)
+
+    async def run_dispatch(request: Request) -> Response:
+        tail = request.path_params["tail"]
+        try:
+            if "/episode/" in tail:
+                rel, _, eid = tail.rpartition("/episode/")
+                if "/" not in eid and eid:
+                    return episode_page(request, run_of(rel), eid)
+            if "/label/" in tail:
+                rel, _, label = tail.rpartition("/label/")
+                if "/" not in label and label:
+                    return label_page(request, run_of(rel), label)
+            return run_page(request, run_of(tail))
+        except PathRefused as exc:
+            return refused(str(exc))
+
+    def side(run: RunRef) -> dict[str, Any]:
+        summary = read_json(run.path / "summary.json") or {}
+        return {
+            "rel": run.rel,
+            "run_href": _href_run(run.rel),
+            **run_meta(run),
+            "n": (summary.get("counts") or {}).get("completed"),
+            "reward_mean": (summary.get("primary") or {}).get("reward_mean"),
+            "success_rate": (summary.get("primary") or {}).get("success_rate"),
+        }
+
+    async def compare_page(request: Request) -> Response:
+        params = request.query_params
+        try:
+            a, b = run_of(params.get("a", "")), run_of(params.get("b", ""))
+        except PathRefused as exc:
+            return refused(str(exc))
+        task = number_param(params, "task", int)
+        if task is not None:
+            sides = []
+            for run in (a, b):
+                index = indexes.get(run.path)
+                ids = index.episodes.filter(pl.col("task_id") == task).get_column("episode_id").to_list()
+                items = []
+                for eid in ids:
+                    record = index.read_record(eid) or {}
+                    final = json_object(record.get("final"))
+                    steps = []
+                    for step in record.get("steps") or []:
+                        if not isinstance(step, dict):
+                            continue
+                        env = json_object(step.get("environment"))
+                        fb = json_object(env.get("action_feedback"))
+                        model = json_object(step.get("model"))
+                        pe = step.get("protocol_error") if isinstance(step.get("protocol_error"), dict) else None
+                        steps.append(
+                            {
+                                "action": step.get("action"),
+                                "protocol_error": pe.get("code") if pe else None,
+                                "feedback": fb.get("message") or fb.get("reason"),
+                                "valid": fb.get("valid"),
+                                "reasoning": model.get("reasoning"),
+                            }
+                        )
+                    items.append(
+                        {
+                            "eid": eid,
+                            "href": _href_episode(run.rel, eid),
+                            "reward": final.get("reward"),
+                            "termination": final.get("termination_reason"),
+                            "status": record.get("status"),
+                            "steps": steps,
+                        }
+                    )
+                sides.append({**side(run), "episodes": items})
+            return render(
+                "compare_task",
+                a=sides[0],
+                b=sides[1],
+                task=task,
+                checkpoint_href="/compare?" + urlencode({"a": a.rel, "b": b.rel}),
+            )
+        cols = ["episode_id", "task_id", "sample_id", "split", "r_success", "reward", "complete"]
+        fa = indexes.get(a.path).episodes.select(cols)
+        fb = indexes.get(b.path).episodes.select(cols)
+        paired = fa.join(fb, on=["split", "task_id", "sample_id"], how="inner", suffix="_b").with_columns(
+            (pl.col("complete") & (pl.col("r_success").fill_null(0.0) >= 1.0)).alias("sa"),
+            (pl.col("complete_b") & (pl.col("r_success_b").fill_null(0.0) >= 1.0)).alias("sb"),
+        )
+        both = int(paired.filter(pl.col("sa") & pl.col("sb")).height)
+        neither = int(paired.filter(~pl.col("sa") & ~pl.col("sb")).height)
+        flips = paired.filter(pl.col("sa") != pl.col("sb")).sort("task_id", "sample_id")
+        gained: list[dict[str, Any]] = []
+        lost: list[dict[str, Any]] = []
+        counts = {"gained": int(flips.filter(pl.col("sb")).height), "lost": int(flips.filter(pl.col("sa")).height)}
+        for row in flips.iter_rows(named=True):
+            target = gained if row["sb"] else lost
+            if len(target) >= _MAX_FLIPS_SHOWN:
+                continue
+            target.append(
+                {
+                    "task_id": row["task_id"],
+                    "sample_id": row["sample_id"],
+                    "eid": row["episode_id"],
+                    "a_href": _href_episode(a.rel, row["episode_id"]),
+                    "b_href": _href_episode(b.rel, row["episode_id_b"]),
+                    "a_reward": row["reward"],
+                    "b_reward": row["reward_b"],
+                    "task_href": "/compare?" + urlencode({"a": a.rel, "b": b.rel, "task": row["task_id"]}),
+                }
+            )
+        return render(
+            "compare",
+            a=side(a),
+            b=side(b),
+            paired=paired.height,
+            gained=gained,
+            lost=lost,
+            both=both,
+            neither=neither,
+            counts=counts,
+            shown_max=_MAX_FLIPS_SHOWN,
+        )
+
+    async def skillbank_page(request: Request) -> Response:
+        params = request.query_params
+        try:
+            path = viewer_roots.file(params.get("path", ""), ".json")
+            run = run_of(params["run"]) if params.get("run") else None
+        except PathRefused as exc:
+            return refused(str(exc))
+        bank = read_json(path)
+        if not isinstance(bank, dict) or not isinstance(bank.get("skills"), list):
+            return refused(f"{params.get('path')!r} is not a SkillBank (no skills list)", status=400)
+        evidence_by_id: dict[str, list[dict[str, Any]]] = {}
+        for sibling in sorted(path.parent.glob("*candidates*.json")):
+            doc = read_json(sibling)
+            for cand in (doc or {}).get("candidates", []) if isinstance(doc, dict) else []:
+                if isinstance(cand, dict) and isinstance(cand.get("evidence"), list):
+                    evidence_by_id.setdefault(str(cand.get("candidate_id")), []).extend(
+                        e for e in cand["evidence"] if isinstance(e, dict)
+                    )
+        skills = []
+        for skill in bank["skills"]:
+            if not isinstance(skill, dict):
+                continue
+            metadata = json_object(skill.get("metadata"))
+            refs = (
+                [e for e in metadata.get("evidence", []) if isinstance(e, dict)]
+                if isinstance(metadata.get("evidence"), list)
+                else []
+            )
+            refs += evidence_by_id.get(str(skill.get("skill_id")), [])
+            evidence = []
+            for ref in refs:
+                eid = ref.get("episode_id")
+                if not isinstance(eid, str):
+                    continue
+                href = (
+                    _href_episode(run.rel, eid)
+                    + (f"#step-{ref['step_index']}" if isinstance(ref.get("step_index"), int) else "")
+                    if run
+                    else None
+                )
+                evidence.append(
+                    {
+                        "episode_id": eid,
+                        "step_index": ref.get("step_index"),
+                        "role": ref.get("role"),
+                        "label": ref.get("label"),
+                        "href": href,
+                    }
+                )
+            skills.append(
+                {
+                    "skill_id": skill.get("skill_id"),
+                    "version": skill.get("version"),
+                    "enabled": skill.get("enabled", True) is not False,
+                    "content": str(skill.get("content") or ""),
+                    "metadata": json_text(metadata),
+                    "evidence": evidence,
+                    "clusters": [str(c) for c in metadata.get("evidence_cluster_ids", []) or []],
+                }
+            )
+        return render(
+            "skillbank",
+            path=params.get("path"),
+            bank_version=bank.get("bank_version"),
+            skills=skills,
+            run_rel=run.rel if run else None,
+            run_href=_href_run(run.rel) if run else None,
+        )
+
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    middleware = (
+        [Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1", "testserver"])]
+        if loopback
+        else []
+    )
+    return Starlette(
+        routes=[
+            Route("/", runs_page),
+            Route("/run/{tail:path}", run_dispatch),
+            Route("/compare", compare_page),
+            Route("/skillbank", skillbank_page),
+        ],
+        middleware=middleware,
+    )
+
+
+create_viewer_app = create_app
+"""The top-level name of :func:`create_app` (``shopsimrl_core.create_viewer_app``)."""
+
+
+def serve(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1", port: int = 3300) -> None:
+    """Serve the viewer with uvicorn until interrupted (binds 127.0.0.1 unless told otherwise)."""
+    import uvicorn
+
+    app = create_app(roots, host=host)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def register_view_cli(sub: Any) -> None:
+    """Register ``shopsimrl view [ROOT…] [--host H] [--port P]`` on the CLI's sub-parsers."""
+    v = sub.add_parser(
+        "view", help="browse runs, episodes, comparisons, labels and SkillBanks in a local web app (read-only)"
+    )
+    v.add_argument("roots", nargs="*", default=["runs"], help="runs roots or run directories (default: runs)")
+    v.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    v.add_argument("--port", type=int, default=3300, help="port (default 3300)")
+    v.set_defaults(handler=_cmd_view)
+
+
+def _cmd_view(args: Any) -> int:
+    from shopsimrl_core._errors import ShopSimRLError
+
+    for raw in args.roots:
+        if not Path(raw).is_dir():
+            raise ShopSimRLError(
+                f"{raw}: not a directory; pass a runs root (e.g. runs/) or a run directory", code="view-root-missing"
+            )
+    if not 0 <= args.port <= 65535:
+        raise ShopSimRLError(f"--port {args.port}: not a TCP port; pass 0-65535 (default 3300)", code="usage")
+    print(f"shopsimrl view: http://{args.host}:{args.port}/ serving {', '.join(args.roots)} (Ctrl-C stops)", flush=True)
+    serve(list(args.roots), host=args.host, port=args.port)
+    return 0

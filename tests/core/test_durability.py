@@ -1,0 +1,78 @@
+"""Group commit of run-file fsyncs: off the caller's thread, coalesced, waited for at exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from shopsimrl_core.runs import _durability
+from shopsimrl_core.runs._store import RunStore
+
+
+@pytest.fixture
+def fsync_spy(monkeypatch: pytest.MonkeyPatch):
+    calls: list[str] = []
+    gate = threading.Event()
+    gate.set()
+    entered = threading.Event()
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        calls.append(threading.current_thread().name)
+        entered.set()
+        gate.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(_durability.os, "fsync", spy)
+    return calls, gate, entered
+
+
+def test_append_returns_with_line_on_disk_and_fsync_on_worker(tmp_path: Path, fsync_spy) -> None:
+    calls, _, _ = fsync_spy
+    store = RunStore(tmp_path / "run")
+    store.append({"episode_id": "e1", "x": 1})
+    store.close_traces()  # the worker keeps its own descriptor
+    assert (tmp_path / "run" / "traces.jsonl").read_bytes() == b'{"episode_id": "e1", "x": 1}\n'
+    assert _durability.wait_durable(10) is True
+    assert calls == ["shopsimrl-fsync"]
+
+
+def test_concurrent_requests_are_coalesced(tmp_path: Path, fsync_spy) -> None:
+    calls, gate, entered = fsync_spy
+    gate.clear()
+    store = RunStore(tmp_path / "run")
+    store.append({"episode_id": "e0"})
+    assert entered.wait(10)  # the worker is inside the first round's fsync
+    for i in range(1, 6):
+        store.append({"episode_id": f"e{i}"})
+    assert _durability.wait_durable(0.05) is False  # still blocked: nothing claims durability early
+    gate.set()
+    assert _durability.wait_durable(10) is True
+    assert len(calls) == 2  # the first round, then one round for the five lines written meanwhile
+    assert len((tmp_path / "run" / "traces.jsonl").read_bytes().splitlines()) == 6
+
+
+def test_normal_exit_waits_for_the_last_fsync(tmp_path: Path) -> None:
+    marker = tmp_path / "synced"
+    script = textwrap.dedent(
+        f"""
+        import os, time
+        from shopsimrl_core.runs import _durability
+        from shopsimrl_core.runs._store import RunStore
+        real = os.fsync
+        def slow(fd):
+            time.sleep(0.3)
+            real(fd)
+            open({str(marker)!r}, "w").close()
+        _durability.os.fsync = slow
+        RunStore({str(tmp_path / "run")!r}).append({{"episode_id": "e1"}})
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).resolve().parents[2])
+    assert marker.exists()
