@@ -99,16 +99,18 @@ def _num(value: Any) -> Any:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else dg.MetadataValue.null()
 
 
-def _cached_chart(path: Path, summary: dict[str, Any], draw: Any) -> str:
-    """The chart of *summary* as base64: reused when ``<path>.sha256`` names this summary's fingerprint.
+def _cached_chart(path: Path, drawn: dict[str, Any], draw: Any) -> str:
+    """The chart of *drawn* (exactly the inputs *draw* plots) as base64, reused when unchanged.
 
-    A resumed partition whose summary did not change then skips matplotlib (its import and
-    drawing are most of ``eval_summary``'s time); any change of the summary redraws.
+    ``<path>.sha256`` names the fingerprint of *drawn*. A resumed partition whose numbers did not
+    change then skips matplotlib (its import and drawing were most of ``eval_summary``'s time);
+    any change of what is plotted redraws. Fingerprinting the plotted inputs rather than the whole
+    summary matters: the summary's ``created_at`` changes on every rewrite.
     """
     import base64
 
     stamp = path.with_name(path.name + ".sha256")
-    digest = core.fingerprint(summary)
+    digest = core.fingerprint(drawn)
     try:
         if stamp.read_text(encoding="ascii").strip() == digest:
             return base64.b64encode(path.read_bytes()).decode("ascii")
@@ -490,10 +492,11 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
             with as_failure():
                 summary = core.summarize_run(run_dir)
         chart_path = run_dir / "summary_chart.png"
+        title = f"{context.partition_key} · suite {name}"
         chart = _cached_chart(
             chart_path,
-            summary,
-            lambda: write_category_chart(chart_path, summary, f"{context.partition_key} · suite {name}"),
+            {"title": title, "category": (summary.get("breakdowns") or {}).get("category")},
+            lambda: write_category_chart(chart_path, summary, title),
         )
         url = viewer_run_url(settings, run_storage, name, context.partition_key)
         return dg.MaterializeResult(metadata=_summary_metadata(summary, name, run_dir, chart, chart_path, url))
