@@ -17,15 +17,19 @@ from pathlib import Path
 
 import dagster as dg
 
-# Custom run launchers implement this interface; Dagster exposes it from its launcher package.
+# Custom run launchers and coordinators implement these interfaces; Dagster exposes them from its
+# launcher and run-coordinator packages.
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
+from .run_tags import ENDPOINT_TAG, endpoint_tag_value, uses_endpoint
 from .settings import REPO_ROOT
 
 __all__ = [
     "DAGSTER_HOME_ENV",
     "INSTANCE_TEMPLATE",
     "LocalProcessRunLauncher",
+    "EndpointQueuedRunCoordinator",
     "run_worker_pid",
     "default_dagster_home",
     "prepare_dagster_home",
@@ -108,6 +112,35 @@ class LocalProcessRunLauncher(dg.DefaultRunLauncher):
         return CheckRunHealthResult(
             WorkerStatus.FAILED, f"run worker pid {pid} is gone (killed or crashed)", run_worker_id=str(pid)
         )
+
+
+class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
+    """Dagster's run queue, plus the endpoint tag on every run that calls an inference endpoint.
+
+    The queue admits one run per value of ``shopsimrl/endpoint`` (``tag_concurrency_limits`` in
+    ``dagster.yaml``). The evaluation jobs and ``build_skills`` set that tag per partition, but a
+    "Materialize" from the asset graph runs Dagster's implicit asset job, which has no tags of its
+    own. This coordinator adds the tag at submission, before the run is enqueued, to any run of a
+    checkpoint partition whose assets include one that calls the endpoint (``ENDPOINT_ASSET_NAMES``),
+    so every launch path queues per endpoint. A run that already has the tag is left as it is.
+    """
+
+    def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
+        """Tag *context*'s run with its checkpoint's endpoint when it needs one, then enqueue it."""
+        run = context.dagster_run
+        checkpoint_id = run.tags.get("dagster/partition")
+        if ENDPOINT_TAG not in run.tags and checkpoint_id and uses_endpoint(run.asset_selection):
+            from .defs.jobs import endpoint_of
+            from .settings import load_pipeline_settings, pipeline_config_path
+
+            settings = load_pipeline_settings(pipeline_config_path())
+            self._instance.add_run_tags(
+                run.run_id, {ENDPOINT_TAG: endpoint_tag_value(endpoint_of(settings, checkpoint_id))}
+            )
+            tagged = self._instance.get_run_by_id(run.run_id)
+            if tagged is not None:
+                context = SubmitRunContext(tagged, context.workspace)
+        return super().submit_run(context)
 
 
 def default_dagster_home() -> Path:

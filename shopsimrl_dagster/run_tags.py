@@ -6,18 +6,25 @@
 - ``shopsimrl/allow-test-rerun: "true"``: the second acknowledgement for a new test run of a
   checkpoint that already has one.
 - ``shopsimrl/endpoint``: the inference endpoint (base URL) a run's checkpoint is served from. The
-  evaluation jobs set it per partition; the instance's run queue admits one run per unique value.
+  evaluation jobs set it per partition, and the instance's run coordinator adds it to any other run
+  of an asset in ``ENDPOINT_ASSET_NAMES`` (a "Materialize" from the asset graph); the run queue
+  admits one run per unique value.
 - ``shopsimrl/trigger``: what launched the run (registry-sensor, nightly, demo, progress-sensor).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "ALLOW_TEST_SPLIT_TAG",
     "ALLOW_TEST_RERUN_TAG",
     "ENDPOINT_TAG",
     "TRIGGER_TAG",
+    "ENDPOINT_ASSET_NAMES",
     "is_true",
+    "uses_endpoint",
     "endpoint_tag_value",
 ]
 
@@ -25,6 +32,10 @@ ALLOW_TEST_SPLIT_TAG = "shopsimrl/allow-test-split"
 ALLOW_TEST_RERUN_TAG = "shopsimrl/allow-test-rerun"
 ENDPOINT_TAG = "shopsimrl/endpoint"
 TRIGGER_TAG = "shopsimrl/trigger"
+
+#: the last key component of every asset that calls the inference endpoint (a test keeps this in
+#: step with the assets that require the ``inference_endpoint`` resource)
+ENDPOINT_ASSET_NAMES = frozenset({"rollout_traces", "skill_candidates", "skill_gate"})
 
 
 def is_true(value: str | None) -> bool:
@@ -43,3 +54,8 @@ def endpoint_tag_value(base_url: str) -> str:
         return url[:255]
     host, slash, path = rest.partition("/")
     return f"{scheme.lower()}://{host.lower()}{slash}{path}"[:255]
+
+
+def uses_endpoint(asset_keys: Iterable[Any] | None) -> bool:
+    """Whether a run of *asset_keys* (``AssetKey`` objects; None for a job without assets) calls an endpoint."""
+    return any(key.path[-1] in ENDPOINT_ASSET_NAMES for key in asset_keys or ())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shopsimrl_core.adapters._http import dumps
+from shopsimrl_core.adapters._json import dumps
 
 __all__ = ["Conversation"]
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
-from shopsimrl_core.adapters._http import TransportError, build_engine, dumps, loads, select_transport
+from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
+from shopsimrl_core.adapters._json import dumps, loads
 
 if TYPE_CHECKING:
     import httpx

@@ -1,4 +1,4 @@
-"""The HTTP engines under the model and environment clients, and their JSON codec.
+"""The HTTP engines under the model and environment clients (their JSON codec: ``_json.py``).
 
 Two engines share one small interface (``request``, ``stream``, ``aclose``):
 
@@ -31,14 +31,10 @@ timeouts (uvicorn: 5 s), so a request rarely races the server closing the connec
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 if TYPE_CHECKING:  # httpx is imported only when an httpx engine is built
     import httpx
@@ -51,82 +47,11 @@ __all__ = [
     "Reply",
     "TransportError",
     "build_engine",
-    "dumps",
-    "fast_loads",
-    "loads",
     "select_transport",
 ]
 
 HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "aiohttp", "httpx")
 KEEPALIVE_EXPIRY = 4.0
-
-
-# -- JSON ---------------------------------------------------------------------------------------
-
-
-#: orjson reads integers beyond 64 bits as floats, the stdlib as exact ints: any run of 19+ digits
-#: (|n| >= 2**63 needs 19) sends the text to the stdlib, which keeps every integer exact
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
-UNDECODED = object()
-"""What :func:`fast_loads` returns when the stdlib must decide."""
-
-
-def fast_loads(data: bytes | str) -> Any:
-    """The value orjson decodes from *data* when the stdlib decodes the same, else :data:`UNDECODED`."""
-    long_digits = _LONG_DIGITS.search(data) if isinstance(data, bytes) else _LONG_DIGITS_TEXT.search(data)
-    if long_digits is not None:
-        return UNDECODED
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return UNDECODED
-
-
-def loads(data: bytes | str) -> Any:
-    """Decode JSON exactly as ``json.loads`` does, with orjson wherever that gives the same value.
-
-    The stdlib handles what orjson refuses or reads differently (``NaN``, integers beyond 64 bits,
-    UTF-16 or BOM-prefixed bytes, lone surrogate escapes), so callers see the same values and the
-    same error texts as with ``json.loads``.
-    """
-    value = fast_loads(data)
-    return json.loads(data) if value is UNDECODED else value
-
-
-def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON for a request body (orjson; the stdlib for values orjson cannot encode).
-
-    Non-ASCII stays literal. Values orjson refuses (integers beyond 64 bits, non-string keys) are
-    written by ``json.dumps`` as before. Callers pass data whose floats are finite (conversation
-    text, tool schemas, envelopes); the model client checks its float settings once, at start.
-    """
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def dumps_strict(value: Any) -> bytes:
-    """Encode like :func:`dumps`, but keep NaN and ±Infinity as the stdlib writes them.
-
-    They come out as ``NaN``, ``Infinity`` instead of orjson's ``null``, so a request never changes
-    meaning.
-    """
-    if has_non_finite(value):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return dumps(value)
-
-
-def has_non_finite(value: Any) -> bool:
-    """True when *value* (JSON-like data) holds a NaN or infinite float anywhere."""
-    if isinstance(value, float):
-        return value != value or value in (float("inf"), float("-inf"))
-    if isinstance(value, dict):
-        return any(has_non_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_non_finite(v) for v in value)
-    return False
 
 
 # -- engine interface ---------------------------------------------------------------------------

@@ -30,16 +30,8 @@ from typing import TYPE_CHECKING, Any
 from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
 from shopsimrl_core.adapters._conversation import Conversation
-from shopsimrl_core.adapters._http import (
-    UNDECODED,
-    TransportError,
-    build_engine,
-    dumps,
-    dumps_strict,
-    fast_loads,
-    has_non_finite,
-    select_transport,
-)
+from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
+from shopsimrl_core.adapters._json import UNDECODED, dumps, dumps_strict, fast_loads, has_non_finite
 from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
 from shopsimrl_core.adapters._validation import ModelOutput, validate_completion
 

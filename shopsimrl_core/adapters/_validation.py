@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shopsimrl_core.adapters._http import loads
+from shopsimrl_core.adapters._json import loads
 
 __all__ = ["ModelOutput", "validate_completion", "PROTOCOL_ERROR_CODES", "GENERATION_LENGTH_MESSAGE"]
 

@@ -65,13 +65,12 @@ def _stdev(values: Any) -> float:
     from :func:`_exact_sums`, then the same correctly rounded square root of the exact variance is
     taken. Short inputs go to ``statistics`` itself.
     """
-    from fractions import Fraction
-
-    import numpy as np
-
     sqrt_of_frac = getattr(statistics, "_float_sqrt_of_frac", None)
     if len(values) < _EXACT_MIN_N or sqrt_of_frac is None:
         return statistics.stdev(values.to_list() if hasattr(values, "to_list") else values)
+    from fractions import Fraction
+
+    import numpy as np  # only for long inputs: its import costs more than a short run's whole summary
     x = _as_array(values)
     if not np.isfinite(x).all():
         return statistics.stdev(x.tolist())
@@ -87,16 +86,15 @@ def _fmean(series: Any) -> float | None:
     # Polars selects the values; the mean itself is an exactly rounded sum (math.fsum) divided by n,
     # which agrees with Python's own float means, not with a summation-order-dependent result. Long
     # series take the exact integer sum instead: its correctly rounded float is math.fsum's value.
-    from fractions import Fraction
-
-    import numpy as np
-
     values = series.drop_nulls()
     n = values.len()
     if n == 0:
         return None
     if n < _EXACT_MIN_N:
         return math.fsum(values.to_list()) / n
+    from fractions import Fraction
+
+    import numpy as np  # only for long series (see _stdev)
     x = _as_array(values)
     if not np.isfinite(x).all():
         return math.fsum(x.tolist()) / n

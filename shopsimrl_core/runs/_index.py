@@ -278,9 +278,11 @@ def _log_path(run_dir: Path) -> Path:
 
 
 def _read_snapshot(run_dir: Path) -> tuple[Any, _State] | None:
+    path = _snapshot_path(run_dir)
+    if not path.exists():
+        return None  # a run without a snapshot (fresh, or small) never pays for importing polars here
     import polars as pl
 
-    path = _snapshot_path(run_dir)
     try:
         meta = pl.read_parquet_metadata(path)
         if meta.get("schema_version") != RUN_INDEX_SCHEMA:

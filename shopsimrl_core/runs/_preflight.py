@@ -133,7 +133,8 @@ async def _check_models(config: Any, transport: httpx.AsyncBaseTransport | None)
     model = config.model
     label = config.source_label
     url = model.base_url.rstrip("/") + "/models"
-    from shopsimrl_core.adapters._http import TransportError, build_engine, loads
+    from shopsimrl_core.adapters._http import TransportError, build_engine
+    from shopsimrl_core.adapters._json import loads
 
     wait = min(model.timeout, 10.0)
     engine = build_engine(

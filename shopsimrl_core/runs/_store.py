@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 from shopsimrl_core._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
+from shopsimrl_core.adapters._json import dumps_line
 from shopsimrl_core.episode._trace import is_complete, utc_now
 from shopsimrl_core.runs._durability import request_fsync
 from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
@@ -398,7 +399,7 @@ class RunStore:
         """
         if not isinstance(record.get("episode_id"), str):
             raise TraceFormatError("trace record has no string episode_id; refusing to append it", code="trace-format")
-        line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        line = dumps_line(record)
         with self._append_lock:
             handle = self._open_for_append()
             fd = handle.fileno()

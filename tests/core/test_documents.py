@@ -96,6 +96,7 @@ def test_every_document_declares_schema_version_first() -> None:
 def test_a_sandbox_run_round_trips_byte_for_byte(tmp_path: Path, sandbox: Any) -> None:
     """Every trace line, the manifest and the summary of a real run are re-written identically."""
     from shopsimrl_core import load_config, run_evaluation
+    from shopsimrl_core.adapters._json import dumps_line
 
     data = {"experiment": {"name": "docs", "output_dir": str(tmp_path), "seed": 20260830, "concurrency": 4},
             "tasks": {"split_file": str(sandbox.split_file), "split": "val", "sample_size": 4},
@@ -109,7 +110,7 @@ def test_a_sandbox_run_round_trips_byte_for_byte(tmp_path: Path, sandbox: Any) -
     assert len(lines) >= 4
     for number, line in enumerate(lines, start=1):
         record = TraceRecord.parse(json.loads(line), f"traces.jsonl:{number}")
-        assert json.dumps(record.to_json(), ensure_ascii=False, allow_nan=False) + "\n" == line
+        assert dumps_line(record.to_json()).decode("utf-8") == line  # the store's own line encoder
     for name, model in (("manifest.json", RunManifest), ("summary.json", EvalSummary)):
         text = (run / name).read_text(encoding="utf-8")
         assert dumps_pretty(model.parse(json.loads(text), name).to_json()) == text

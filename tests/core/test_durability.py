@@ -38,7 +38,7 @@ def test_append_returns_with_line_on_disk_and_fsync_on_worker(tmp_path: Path, fs
     store = RunStore(tmp_path / "run")
     store.append({"episode_id": "e1", "x": 1})
     store.close_traces()  # the worker keeps its own descriptor
-    assert (tmp_path / "run" / "traces.jsonl").read_bytes() == b'{"episode_id": "e1", "x": 1}\n'
+    assert (tmp_path / "run" / "traces.jsonl").read_bytes() == b'{"episode_id":"e1","x":1}\n'
     assert _durability.wait_durable(10) is True
     assert calls == ["shopsimrl-fsync"]
 

@@ -510,7 +510,8 @@ def test_stream_assembler_requires_done_and_data():
 # -- request encoding and the JSON codec (orjson with the stdlib's behaviour) ----------------------
 
 from shopsimrl_core.adapters._conversation import Conversation  # noqa: E402
-from shopsimrl_core.adapters._http import StreamReply, loads  # noqa: E402
+from shopsimrl_core.adapters._http import StreamReply  # noqa: E402
+from shopsimrl_core.adapters._json import loads  # noqa: E402
 
 CLICK_TOOL = [
     {
@@ -575,6 +576,10 @@ def test_non_finite_settings_are_written_as_the_stdlib_writes_them():
         '{"a": NaN}',
         "[1e400]",
         '{"big": 123456789012345678901234567890}',
+        '{"nested": [{"n": -9223372036854775809}], "ok": 1}',
+        "[18446744073709551615, 18446744073709551616, -9223372036854775808]",
+        '{"id": "sku 12345678901234567890123", "price": 12.5}',
+        "[0.12345678901234567890123, 1e300, -1.5e19, 9.2e18]",
         '"\\ud800"',
         '\ufeff{"bom": true}',
         "",

@@ -101,6 +101,20 @@ def test_the_skills_lineage_reads_train_labels_and_val_summaries_explicitly(loca
 
 
 @pytest.mark.slow
+def test_the_assets_that_call_the_endpoint_are_the_ones_the_coordinator_tags(location: dg.Definitions) -> None:
+    from shopsimrl_dagster.run_tags import ENDPOINT_ASSET_NAMES
+
+    repo = location.get_repository_def()
+    calling = {
+        key.path[-1]
+        for assets in repo.assets_defs_by_key.values()
+        if "inference_endpoint" in assets.required_resource_keys
+        for key in assets.keys
+    }
+    # skill_gate calls the endpoint through the bare val run's generated config (masked rollouts).
+    assert calling | {"skill_gate"} == set(ENDPOINT_ASSET_NAMES)
+
+
 def test_workspace_yaml_validates_with_the_dagster_cli(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
@@ -142,6 +156,7 @@ def test_instance_template_queues_runs_per_endpoint_and_monitors_run_workers(tmp
             {"key": "shopsimrl/endpoint", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
         ]
         assert isinstance(instance.run_launcher, LocalProcessRunLauncher)
+        assert type(instance.run_coordinator).__name__ == "EndpointQueuedRunCoordinator"
         assert instance.run_launcher.supports_check_run_worker_health
         assert instance.run_monitoring_enabled and instance.run_retries_enabled
     finally:

@@ -132,7 +132,7 @@ class DagsterDev:
             values[entry["label"]] = entry.get("floatValue", entry.get("intValue", entry.get("text", entry.get("url"))))
         return values
 
-    def launch_assets(self, keys: list[str], tags: dict[str, str]) -> str:
+    def launch_assets(self, keys: list[str | list[str]], tags: dict[str, str]) -> str:
         data = self.gql(
             """mutation Launch($params: ExecutionParams!) {
                  launchRun(executionParams: $params) {
@@ -144,7 +144,7 @@ class DagsterDev:
                     "selector": {
                         **REPOSITORY,
                         "pipelineName": "__ASSET_JOB",
-                        "assetSelection": [{"path": [k]} for k in keys],
+                        "assetSelection": [{"path": [k] if isinstance(k, str) else k} for k in keys],
                     },
                     "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
                     "mode": "default",

@@ -108,3 +108,20 @@ def test_a_test_backfill_needs_the_opt_in_and_then_records_it(dagster_dev) -> No
         manifest = json.loads((root / "test" / key / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["test_access"]["opted_in"] is True
         assert dagster_dev.partition_metadata(["test", "eval_summary"], key)["suite"] == "test"
+
+
+def test_a_materialize_from_the_asset_graph_queues_per_endpoint(dagster_dev, sandbox) -> None:
+    """The UI's "Materialize" runs the implicit asset job; the instance's coordinator gives its run the tag."""
+    from shopsimrl_dagster.run_tags import endpoint_tag_value
+
+    _prepare(dagster_dev)
+    tags = {"dagster/partition": CHECKPOINTS[0], "shopsimrl/trigger": "graph-materialize"}
+    rollout = dagster_dev.launch_assets([["val", "rollout_traces"]], tags)
+    summary = dagster_dev.launch_assets([["val", "eval_summary"]], tags)
+    runs = {r["runId"]: r for r in dagster_dev.wait_runs("shopsimrl/trigger", "graph-materialize", 2)}
+    assert {r["status"] for r in runs.values()} == {"SUCCESS"}, runs
+    assert {r["jobName"] for r in runs.values()} == {"__ASSET_JOB"}
+    rollout_tags = {t["key"]: t["value"] for t in runs[rollout]["tags"]}
+    assert rollout_tags["shopsimrl/endpoint"] == endpoint_tag_value(sandbox.policy_url)
+    # A summary never calls the endpoint, so it never waits behind a rollout.
+    assert "shopsimrl/endpoint" not in {t["key"] for t in runs[summary]["tags"]}
