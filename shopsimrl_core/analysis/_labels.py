@@ -23,7 +23,6 @@ key of the parquet file metadata (``shopsimrl-episode-labels-v1``).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -34,6 +33,7 @@ from typing import Any
 from shopsimrl_core._errors import TraceFormatError
 from shopsimrl_core._hashing import atomic_output, canonical_json, sha256_file
 from shopsimrl_core._versions import EPISODE_LABELS_SCHEMA
+from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.analysis._episode_features import (
     BudgetFeatures,
     BuyFeatures,
@@ -110,7 +110,7 @@ def iter_latest_records(traces_path: str | os.PathLike[str]) -> Iterator[dict[st
     with open(path, "rb") as handle:
         for eid in sorted(latest):
             handle.seek(latest[eid])
-            yield json.loads(handle.readline())
+            yield loads(handle.readline())
 
 
 # --------------------------------------------------------------------------- one episode

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.runs._index_rows import (
     _ENTRY_COLUMNS,
     _align,
     _frame,
-    _loads,
     _scan_traces,
     episode_row,
     index_row,
@@ -259,7 +259,7 @@ class RunIndex:
             return None
         with open(self.traces_path, "rb") as handle:
             handle.seek(row["offset"])
-            return json.loads(handle.read(row["length"]))
+            return loads(handle.read(row["length"]))
 
     def first_exported(self) -> tuple[int, int, int] | None:
         """``(line, offset, length)`` of the first exported (redacted) record, or None (runtime-semantics §22.7)."""
@@ -306,7 +306,7 @@ def _read_log(run_dir: Path) -> list[dict[str, Any]]:
             if not raw.endswith(b"\n"):
                 break  # a torn index line: the traces still hold the truth, catch-up rescans
             try:
-                value = _loads(raw)
+                value = loads(raw)
             except (ValueError, UnicodeDecodeError):
                 break
             if (
@@ -337,7 +337,7 @@ def _still_describes(path: Path, last: tuple[int, int, str | None] | None) -> bo
     if episode_id is None:
         return True
     try:
-        value = _loads(raw)
+        value = loads(raw)
     except (ValueError, UnicodeDecodeError):
         return False
     return isinstance(value, dict) and value.get("episode_id") == episode_id

@@ -6,13 +6,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from shopsimrl_core._hashing import json_list, json_object
+from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.episode._trace import is_complete
 
 __all__ = ["episode_row", "index_row"]
@@ -45,23 +44,6 @@ _FIXED: tuple[tuple[str, str], ...] = (
     ("termination_reason", "str"),
     ("category", "str"),
 )
-
-try:  # orjson parses the same JSON ~3x faster; the stdlib is the fallback (and for >64-bit ints)
-    import orjson as _orjson_module
-
-    _orjson: ModuleType | None = _orjson_module
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
-
-
-def _loads(raw: bytes) -> Any:
-    if _orjson is not None:
-        try:
-            return _orjson.loads(raw)
-        except _orjson.JSONDecodeError:
-            pass  # orjson refuses what json accepts (huge ints, NaN literals): let json decide
-    return json.loads(raw)
-
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -246,7 +228,7 @@ def _scan_traces(path: Path, start: int, first_line: int) -> tuple[list[Any], li
                 break
             number += 1
             try:
-                value = _loads(raw)
+                value = loads(raw)
                 blank = False
             except (ValueError, UnicodeDecodeError):
                 value, blank = None, not raw.strip()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shopsimrl_core.adapters._json import loads
+
 __all__ = ["TraceLine", "iter_trace_lines"]
 
 
@@ -44,7 +46,8 @@ def iter_trace_lines(path: str | os.PathLike[str]) -> Iterator[TraceLine]:
     for number, raw in enumerate(_raw_lines(Path(path)), start=1):
         length = len(raw)
         try:
-            line = TraceLine(number, offset, length, json.loads(raw), True, False)
+            # orjson where it reads what the stdlib reads (several times faster on ~100 KB lines)
+            line = TraceLine(number, offset, length, loads(raw), True, False)
         except (json.JSONDecodeError, UnicodeDecodeError):
             line = TraceLine(number, offset, length, None, False, not raw.strip())
         yield line

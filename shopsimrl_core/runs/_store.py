@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 from shopsimrl_core._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
-from shopsimrl_core.adapters._json import dumps_line
+from shopsimrl_core.adapters._json import dumps_line, loads
 from shopsimrl_core.episode._trace import is_complete, utc_now
 from shopsimrl_core.runs._durability import request_fsync
 from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
@@ -221,11 +221,8 @@ class RunStore:
         except FileNotFoundError:
             return None
         try:
-            # A plan of a million jobs is ~70 MB of JSON: parse it with the index's fast loader
-            # (orjson when installed; the stdlib decides whatever orjson refuses).
-            from shopsimrl_core.runs._index import _loads
-
-            manifest = _loads(text.encode("utf-8"))
+            # A plan of a million jobs is ~70 MB of JSON: orjson, the stdlib deciding whatever it refuses
+            manifest = loads(text.encode("utf-8"))
         except json.JSONDecodeError as exc:
             raise TraceFormatError(
                 f"{self.manifest_path}: not valid JSON ({exc.msg}); restore it from backup", code="manifest-invalid"
@@ -470,7 +467,7 @@ class RunStore:
             for eid in wanted:
                 entry = index.entries[eid]
                 handle.seek(entry.offset)
-                yield json.loads(handle.read(entry.length))
+                yield loads(handle.read(entry.length))
 
     # ---------------------------------------------------------------- invocations
     def append_invocation(self, entry: dict[str, Any]) -> None:

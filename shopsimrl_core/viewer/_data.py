@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import json_object
+from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = ["IndexCache", "json_text", "labels_of", "number_param", "page_of", "read_json", "run_meta"]
@@ -59,8 +60,6 @@ _MANIFEST_PARSE_MAX = 2 << 20  # bigger manifests (a million jobs is ~70 MB) are
 
 def run_meta(run: RunRef) -> dict[str, Any]:
     """Split, checkpoint and model of a run: from a small manifest, else from the first trace line."""
-    from shopsimrl_core.runs._index import _loads
-
     path = run.path / "manifest.json"
     try:
         stat = path.stat()
@@ -73,7 +72,7 @@ def run_meta(run: RunRef) -> dict[str, Any]:
     meta: dict[str, Any] | None = None
     if 0 < stamp[1] <= _MANIFEST_PARSE_MAX:
         try:
-            manifest = _loads(path.read_bytes())
+            manifest = loads(path.read_bytes())
             meta = _meta_of(manifest if isinstance(manifest, dict) else {})
         except (OSError, ValueError):
             meta = None
@@ -84,12 +83,11 @@ def run_meta(run: RunRef) -> dict[str, Any]:
 
 
 def _meta_from_trace(path: Path) -> dict[str, Any]:
-    from shopsimrl_core.runs._index import _loads
 
     record: Any = {}
     try:
         with open(path, "rb") as handle:
-            record = _loads(handle.readline())
+            record = loads(handle.readline())
     except (OSError, ValueError):
         record = {}
     record = json_object(record)
