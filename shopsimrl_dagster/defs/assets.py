@@ -40,6 +40,7 @@ from ..report import (
 from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, is_true
 from ..settings import EvaluationSuite, PipelineSettings
 from .checks import rollout_check_results, rollout_check_specs
+from .optional import optional_asset
 from .partitions import checkpoints
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
 
@@ -501,21 +502,14 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         url = viewer_run_url(settings, run_storage, name, context.partition_key)
         return dg.MaterializeResult(metadata=_summary_metadata(summary, name, run_dir, chart, chart_path, url))
 
-    @dg.multi_asset(
+    @optional_asset(
+        comparison_key,
         name=f"{name}_checkpoint_comparison",
-        specs=[
-            dg.AssetSpec(
-                comparison_key,
-                deps=[summary_key],
-                group_name=group,
-                kinds={"json"},
-                skippable=True,
-                description=f"Paired per-task bootstrap of one checkpoint against its baseline on {described} "
-                "(settings comparison.baseline). Not materialized when there is no baseline run.",
-            )
-        ],
-        partitions_def=checkpoints,
-        can_subset=True,
+        deps=[summary_key],
+        group=group,
+        kinds={"json"},
+        description=f"Paired per-task bootstrap of one checkpoint against its baseline on {described} (settings "
+        "comparison.baseline). Not materialized when there is no baseline run.",
     )
     def checkpoint_comparison(
         context: dg.AssetExecutionContext,
@@ -593,20 +587,15 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         )
         yield dg.MaterializeResult(asset_key=comparison_key, metadata=metadata)
 
-    @dg.multi_asset(
+    @optional_asset(
+        progress_key,
         name=f"{name}_progress",
-        specs=[
-            dg.AssetSpec(
-                progress_key,
-                deps=[summary_key],
-                group_name=group,
-                kinds={"json"},
-                skippable=True,
-                description=f"Reward and success (95% intervals) of every checkpoint on {described}, "
-                "against training step. Not materialized while no checkpoint has a summary.",
-            )
-        ],
-        can_subset=True,
+        deps=[summary_key],
+        group=group,
+        kinds={"json"},
+        description=f"Reward and success (95% intervals) of every checkpoint on {described}, against training step. "
+        "Not materialized while no checkpoint has a summary.",
+        partitioned=False,
     )
     def progress(
         context: dg.AssetExecutionContext,

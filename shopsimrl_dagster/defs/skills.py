@@ -47,7 +47,7 @@ from ..settings import PipelineSettings
 from .assets import ROLLOUT_RETRY_POLICY, as_failure, suite_asset_key
 from .checks import check_result
 from .jobs import partition_config
-from .partitions import checkpoints
+from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage
 
 __all__ = ["build_skill_assets", "build_skills_job", "SkillBuildingConfig", "GateSettings", "SKILL_ASSET_KEYS"]
@@ -99,29 +99,15 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
         suite_asset_key(val_suite, "eval_summary"),
     )
 
-    @dg.multi_asset(
+    @optional_asset(
+        LABELS,
         name="episode_labels",
-        specs=[
-            dg.AssetSpec(
-                LABELS,
-                deps=[train_summary],
-                group_name=_GROUP,
-                kinds={"polars", "parquet"},
-                skippable=True,
-                description=f"Outcome and behaviour labels (with evidence step indexes) of the "
-                f"{train_suite!r} run of the checkpoint.",
-            )
-        ],
-        check_specs=[
-            dg.AssetCheckSpec(
-                LABELS_COVER,
-                asset=LABELS,
-                blocking=True,
-                description="Every episode of the labelled run has exactly one label row.",
-            )
-        ],
-        partitions_def=checkpoints,
-        can_subset=True,
+        deps=[train_summary],
+        group=_GROUP,
+        kinds={"polars", "parquet"},
+        description=f"Outcome and behaviour labels (with evidence step indexes) of the {train_suite!r} run of the "
+        "checkpoint.",
+        checks=[(LABELS_COVER, "Every episode of the labelled run has exactly one label row.")],
     )
     def episode_labels(context: dg.AssetExecutionContext, run_storage: RunStorage) -> Iterator[Any]:
         checkpoint_id = context.partition_key
@@ -191,36 +177,22 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
             ],
         )
 
-    @dg.multi_asset(
+    @optional_asset(
+        CANDIDATES,
         name="skill_candidates",
-        specs=[
-            dg.AssetSpec(
-                CANDIDATES,
-                deps=[LABELS],
-                group_name=_GROUP,
-                kinds={"json"},
-                skippable=True,
-                description=f"Skill candidates mined from the {train_suite!r} suite's labelled traces, plus "
-                "the cold-start draft.",
-            )
-        ],
-        check_specs=[
-            dg.AssetCheckSpec(
+        deps=[LABELS],
+        group=_GROUP,
+        kinds={"json"},
+        description=f"Skill candidates mined from the {train_suite!r} suite's labelled traces, plus the cold-start "
+        "draft.",
+        checks=[
+            (
                 FIREWALL,
-                asset=CANDIDATES,
-                blocking=True,
-                description="No accepted candidate contains a product id, long number, task id, product "
-                "title, brand or gold option value of the source traces (leakage firewall).",
+                "No accepted candidate contains a product id, long number, task id, product title, brand or gold "
+                "option value of the source traces (leakage firewall).",
             ),
-            dg.AssetCheckSpec(
-                TRAIN_ONLY,
-                asset=CANDIDATES,
-                blocking=True,
-                description="Every evidence reference points at a train-split episode; no val or test trace was read.",
-            ),
+            (TRAIN_ONLY, "Every evidence reference points at a train-split episode; no val or test trace was read."),
         ],
-        partitions_def=checkpoints,
-        can_subset=True,
     )
     def skill_candidates(
         context: dg.AssetExecutionContext,
@@ -350,31 +322,21 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
             ],
         )
 
-    @dg.multi_asset(
+    @optional_asset(
+        GATE,
         name="skill_gate",
-        specs=[
-            dg.AssetSpec(
-                GATE,
-                deps=[CANDIDATES, val_summary],
-                group_name=_GROUP,
-                kinds={"python", "json"},
-                skippable=True,
-                description=f"Gate A: masked {val_suite!r} rollouts paired with the bare {val_suite!r} run; OLS "
-                "per component with task-bootstrap intervals; strictly positive chunks up to the budget are "
-                "selected.",
-            )
-        ],
-        check_specs=[
-            dg.AssetCheckSpec(
+        deps=[CANDIDATES, val_summary],
+        group=_GROUP,
+        kinds={"python", "json"},
+        description=f"Gate A: masked {val_suite!r} rollouts paired with the bare {val_suite!r} run; OLS per component "
+        "with task-bootstrap intervals; strictly positive chunks up to the budget are selected.",
+        checks=[
+            (
                 GATE_PAIRED,
-                asset=GATE,
-                blocking=True,
-                description="The masked val run is complete and pairs 1:1 with the checkpoint's "
-                "bare val run (runtime-semantics §14.2 checks passed).",
+                "The masked val run is complete and pairs 1:1 with the checkpoint's bare val run (runtime-semantics "
+                "§14.2 checks passed).",
             )
         ],
-        partitions_def=checkpoints,
-        can_subset=True,
         retry_policy=ROLLOUT_RETRY_POLICY,
     )
     def skill_gate(
@@ -504,30 +466,20 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
             ],
         )
 
-    @dg.multi_asset(
+    @optional_asset(
+        SNAPSHOT,
         name="skillbank_snapshot",
-        specs=[
-            dg.AssetSpec(
-                SNAPSHOT,
-                deps=[GATE],
-                group_name=_GROUP,
-                kinds={"json"},
-                skippable=True,
-                description="The Gate-A-selected SkillBank frozen as an immutable skillbank-<bank_sha256>.json.",
-            )
-        ],
-        check_specs=[
-            dg.AssetCheckSpec(
+        deps=[GATE],
+        group=_GROUP,
+        kinds={"json"},
+        description="The Gate-A-selected SkillBank frozen as an immutable skillbank-<bank_sha256>.json.",
+        checks=[
+            (
                 SNAPSHOT_HASH,
-                asset=SNAPSHOT,
-                blocking=True,
-                description="The snapshot file reloads as a valid shopsimrl-skillbank-v1 bank, its "
-                "name is its bank_sha256, every content_sha256 reproduces, and the firewall finds "
-                "nothing.",
+                "The snapshot file reloads as a valid shopsimrl-skillbank-v1 bank, its name is its bank_sha256, "
+                "every content_sha256 reproduces, and the firewall finds nothing.",
             )
         ],
-        partitions_def=checkpoints,
-        can_subset=True,
     )
     def skillbank_snapshot(
         context: dg.AssetExecutionContext, run_storage: RunStorage, evaluation_suites: EvaluationSuites
