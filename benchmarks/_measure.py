@@ -11,6 +11,26 @@ from typing import Any
 SPLIT = "train"
 
 
+def machine_facts(packages: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a results file records of the machine: Python, CPUs, platform, load at start, *packages*' versions."""
+    import platform
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "packages": versions,
+    }
+
+
 def proc_cpu_seconds(pid: int | None) -> float | None:
     """User+system CPU seconds of process *pid* so far (Linux /proc), or None if unavailable."""
     if pid is None:

@@ -21,14 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._stub_http import response, serve_forever
+from benchmarks._stub_http import StubProcess, response, serve_forever
 
 MODEL_NAME = "bench-stub"
 _BUY = "buy now"
@@ -125,65 +122,22 @@ def main(argv: list[str] | None = None) -> int:
     return serve_forever(_StubState(args.latency_ms), args.port, args.ready_file)
 
 
-class StubModelServer:
-    """Context manager: the stub in a subprocess on a free loopback port.
+class StubModelServer(StubProcess):
+    """The stub model in a subprocess on a free loopback port.
 
     Attributes after start: ``base_url`` (OpenAI base URL ending in ``/v1``), ``model``, ``pid``.
     """
 
     def __init__(self, latency_ms: float = 0.0) -> None:
+        super().__init__("benchmarks._stub_model", ["--latency-ms", str(latency_ms)])
         self.latency_ms = latency_ms
         self.base_url = ""
         self.model = MODEL_NAME
-        self.pid: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> StubModelServer:
-        self._dir = tempfile.TemporaryDirectory(prefix="bench-stub-")
-        ready = Path(self._dir.name) / "ready.json"
-        root = Path(__file__).resolve().parent.parent
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks._stub_model",
-                "--latency-ms",
-                str(self.latency_ms),
-                "--ready-file",
-                str(ready),
-            ],
-            cwd=root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            if self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
-                raise RuntimeError(f"stub model exited with code {self._process.returncode}: {err[-1000:]}")
-            if time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError("stub model did not start within 30 s")
-            time.sleep(0.02)
-        self.base_url = f"http://127.0.0.1:{json.loads(ready.read_text())['port']}/v1"
-        self.pid = self._process.pid
+        super().__enter__()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        if process is not None and process.stderr is not None:
-            process.stderr.close()
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
 
 
 if __name__ == "__main__":

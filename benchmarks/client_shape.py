@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import SPLIT, _round, proc_cpu_seconds, steady_rate
+from benchmarks._measure import SPLIT, _round, machine_facts, proc_cpu_seconds, steady_rate
 from benchmarks._stub_env import DEFAULT_OBS_KB, StubEnvServer
 from benchmarks._stub_model import StubModelServer
 
@@ -219,18 +218,6 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def _package_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for name in ("httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def run_benchmark(
     *,
     repeats: int,
@@ -245,13 +232,7 @@ def run_benchmark(
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-            "packages": _package_versions(),
-        },
+        "machine": machine_facts(("httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop")),
         "settings": {
             "repeats": repeats,
             "quick": quick,

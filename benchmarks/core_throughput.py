@@ -34,7 +34,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -46,7 +45,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import SPLIT, _quantile, _round, proc_cpu_seconds, steady_rate, timing_split  # noqa: F401
+from benchmarks._measure import (  # noqa: F401
+    SPLIT,
+    _quantile,
+    _round,
+    machine_facts,
+    proc_cpu_seconds,
+    steady_rate,
+    timing_split,
+)
 from benchmarks._stub_model import StubModelServer
 from shopsim_sandbox.faults import FaultConfig
 from shopsim_sandbox.testing import SandboxServer
@@ -231,19 +238,6 @@ def _servers(*, model_latency_ms: float, policy: str, slots: int) -> Iterator[di
             }
 
 
-def _package_versions() -> dict[str, str | None]:
-    """Versions of the HTTP stack; sniffio matters: without it httpcore retries a failing import per request."""
-    from importlib import metadata
-
-    versions: dict[str, str | None] = {}
-    for name in ("httpx", "httpcore", "anyio", "sniffio", "h11", "uvicorn"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -267,6 +261,10 @@ def _transports() -> dict[str, Callable[[], Any]]:
     return TRANSPORTS
 
 
+#: versions of the HTTP stack; sniffio matters: without it httpcore retries a failing import per request
+_HTTP_STACK = ("httpx", "httpcore", "anyio", "sniffio", "h11", "uvicorn")
+
+
 def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) -> dict[str, Any]:
     """Run every scenario (or those in *only*) and return the JSON-ready result document."""
     from benchmarks._thread_reference import run_thread_reference
@@ -281,13 +279,7 @@ def run_benchmark(*, repeats: int, quick: bool, only: set[str] | None = None) ->
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-            "packages": _package_versions(),
-        },
+        "machine": machine_facts(_HTTP_STACK),
         "settings": {
             "repeats": repeats,
             "quick": quick,

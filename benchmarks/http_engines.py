@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from benchmarks._measure import machine_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "http_engines.json"
@@ -397,11 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine_facts(("aiohttp", "httpx", "httpx-aiohttp", "orjson", "uvloop")),
         "settings": {"steps": args.steps, "concurrency": args.concurrency, "repeats": args.repeats, "loop": args.loop},
         "engines": rows,
         "duration_s": round(time.perf_counter() - started, 1),
