@@ -511,7 +511,7 @@ def test_stream_assembler_requires_done_and_data():
 
 from shopsimrl_core.adapters._conversation import Conversation  # noqa: E402
 from shopsimrl_core.adapters._http import StreamReply  # noqa: E402
-from shopsimrl_core.adapters._json import loads  # noqa: E402
+from shopsimrl_core.adapters._json import dumps_line, loads  # noqa: E402
 
 CLICK_TOOL = [
     {
@@ -596,6 +596,39 @@ def test_loads_gives_the_stdlib_values_and_errors(text):
     except json.JSONDecodeError as exc:
         got = ("error", str(exc))
     assert repr(got) == repr(expected)
+
+
+class _Float(float):
+    pass
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"episode_id": "e", "steps": [{"observation": "商品 \"引号\" \n\t\u0001", "reward": 1e-05}], "n": 2**70},
+        {"episode_id": "e", 1: "non-string key"},
+        {"episode_id": "e", "x": _Float(0.5), "nested": [[{"y": -0.0}]]},
+    ],
+)
+def test_trace_lines_carry_the_values_the_stdlib_would(record):
+    line = dumps_line(record)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == json.loads(json.dumps(record, ensure_ascii=False))
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (float("nan"), ValueError),
+        (float("-inf"), ValueError),
+        (_Float("nan"), ValueError),  # orjson refuses float subclasses; the stdlib refuses the NaN
+        ("\ud800", ValueError),  # a lone surrogate cannot be UTF-8
+        (object(), TypeError),
+    ],
+)
+def test_trace_lines_refuse_what_the_stdlib_refuses(value, error):
+    with pytest.raises(error):
+        dumps_line({"episode_id": "e", "deep": [{"v": [value]}]})
 
 
 def test_invalid_json_response_keeps_the_stdlib_message():
