@@ -13,7 +13,7 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "ExperimentConfig",
@@ -37,11 +37,6 @@ def sanitize_name(raw: str) -> str:
     return _UNSAFE_RUN.sub("-", raw.strip()).strip("-.")
 
 
-def _check_http_transport(value: str, base_url: str | None) -> str:
-    # both engines serve http:// and https://; kept as the hook for engine/URL constraints
-    return value
-
-
 def _check_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
@@ -61,6 +56,20 @@ def _check_urls(values: list[str]) -> list[str]:
 class _Section(BaseModel):
     # strict: "30" is not an int and true is not a number; ints are still accepted for floats
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=False)
+
+
+class _HttpServers(_Section):
+    """A section naming HTTP servers: its ``base_url`` and every one of its ``base_urls`` is checked alike."""
+
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("base_urls", check_fields=False)
+    @classmethod
+    def _urls(cls, value: list[str]) -> list[str]:
+        return _check_urls(value)
 
 
 class ExperimentConfig(_Section):
@@ -123,7 +132,7 @@ class TasksConfig(_Section):
     """Samples per task (``sample_id = 0 … repeats-1``)."""
 
 
-class EnvironmentConfig(_Section):
+class EnvironmentConfig(_HttpServers):
     """The ShopSimulator-compatible environment."""
 
     base_url: str = Field(default="http://127.0.0.1:5700", min_length=1)
@@ -145,21 +154,6 @@ class EnvironmentConfig(_Section):
     """
     base_urls: list[str] = Field(default_factory=list)
     """Additive: several servers used as one (``runs/_env_pool.py``); empty = ``base_url`` alone. Execution setting."""
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _check_url(value)
-
-    @field_validator("base_urls")
-    @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        return _check_urls(value)
-
-    @field_validator("http_transport")
-    @classmethod
-    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
-        return _check_http_transport(value, info.data.get("base_url"))
 
 
 class RuntimeConfig(_Section):
@@ -197,7 +191,7 @@ class SkillsConfig(_Section):
     """Inject at most this many selected skills; null = all."""
 
 
-class ModelConfig(_Section):
+class ModelConfig(_HttpServers):
     """The OpenAI-compatible model endpoint and sampling settings."""
 
     id: str | None = None
@@ -250,18 +244,3 @@ class ModelConfig(_Section):
     tool_call_content: Literal["null", "empty", "omit"] = "null"
     """Additive: ``content`` of a replayed assistant message that carries a tool call: ``null`` (default),
     ``empty`` (``""``, needed by llama.cpp's server) or ``omit`` (no key). Semantic when not ``null``."""
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _check_url(value)
-
-    @field_validator("base_urls")
-    @classmethod
-    def _urls(cls, value: list[str]) -> list[str]:
-        return _check_urls(value)
-
-    @field_validator("http_transport")
-    @classmethod
-    def _transport_fits_url(cls, value: str, info: ValidationInfo) -> str:
-        return _check_http_transport(value, info.data.get("base_url"))
