@@ -22,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from shopsim_sandbox.catalog import EXAMPLE_CATALOG_PATH, Catalog, CatalogError, load_catalog, load_records
 from shopsim_sandbox.faults import add_fault_arguments, fault_config_from_args
@@ -110,66 +111,30 @@ async def _serve(args: argparse.Namespace) -> None:
         server_timing=args.server_timing,
         lease_ttl_s=args.lease_ttl_seconds,
     )
-    servers = []
-    sockets = {}
-    env_sock = _bound_socket(args.host, args.port)
-    sockets["env_port"] = env_sock.getsockname()[1]
-    # timeout_graceful_shutdown: on SIGTERM, requests still running (a reset waiting for a slot waits
-    # without limit) get this long, then they are cancelled, so the server stops promptly.
-    servers.append(
-        (
-            uvicorn.Server(
-                uvicorn.Config(
-                    env_app,
-                    log_level=args.log_level,
-                    access_log=False,
-                    lifespan="off",
-                    timeout_graceful_shutdown=_GRACE_S,
-                )
-            ),
-            env_sock,
+    servers: list[tuple[Any, socket.socket]] = []
+    sockets: dict[str, int] = {}
+
+    def add_server(name: str, app: Any, port: int) -> None:
+        sock = _bound_socket(args.host, port)
+        sockets[name] = sock.getsockname()[1]
+        # timeout_graceful_shutdown: on SIGTERM, requests still running (a reset waiting for a slot
+        # waits without limit) get this long, then they are cancelled, so the server stops promptly.
+        config = uvicorn.Config(
+            app, log_level=args.log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=_GRACE_S
         )
-    )
+        servers.append((uvicorn.Server(config), sock))
+
+    add_server("env_port", env_app, args.port)
     if not args.no_policy:
         from shopsim_sandbox.policy import build_policy_app
 
-        policy_app = build_policy_app(seed=args.seed, faults=policy_faults)  # faults carry latency_ms
-        policy_sock = _bound_socket(args.host, args.policy_port)
-        sockets["policy_port"] = policy_sock.getsockname()[1]
-        servers.append(
-            (
-                uvicorn.Server(
-                    uvicorn.Config(
-                        policy_app,
-                        log_level=args.log_level,
-                        access_log=False,
-                        lifespan="off",
-                        timeout_graceful_shutdown=_GRACE_S,
-                    )
-                ),
-                policy_sock,
-            )
-        )
+        # faults carry latency_ms
+        add_server("policy_port", build_policy_app(seed=args.seed, faults=policy_faults), args.policy_port)
     if args.analyst_port is not None:  # the deterministic Trace2Skill analyst (docs/research.md)
         from shopsim_sandbox.analyst import build_analyst_app
 
         analyst_app = build_analyst_app(seed=args.seed, malformed_rate=args.analyst_malformed_rate)
-        analyst_sock = _bound_socket(args.host, args.analyst_port)
-        sockets["analyst_port"] = analyst_sock.getsockname()[1]
-        servers.append(
-            (
-                uvicorn.Server(
-                    uvicorn.Config(
-                        analyst_app,
-                        log_level=args.log_level,
-                        access_log=False,
-                        lifespan="off",
-                        timeout_graceful_shutdown=_GRACE_S,
-                    )
-                ),
-                analyst_sock,
-            )
-        )
+        add_server("analyst_port", analyst_app, args.analyst_port)
     # Everything loaded so far (catalog, index, apps) lives until exit: move it out of the cyclic GC's
     # reach. A full collection otherwise walks ~430k catalog objects (~0.1-0.25 s on 20,000 products)
     # and stalls every request in flight.
