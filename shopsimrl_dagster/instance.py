@@ -22,6 +22,8 @@ import dagster as dg
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
+from shopsimrl_core import ShopSimRLError
+
 from .run_tags import ENDPOINT_TAG, endpoint_tag_value, uses_endpoint
 from .settings import REPO_ROOT
 
@@ -133,13 +135,17 @@ class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
             from .defs.jobs import endpoint_of
             from .settings import load_pipeline_settings, pipeline_config_path
 
-            settings = load_pipeline_settings(pipeline_config_path())
-            self._instance.add_run_tags(
-                run.run_id, {ENDPOINT_TAG: endpoint_tag_value(endpoint_of(settings, checkpoint_id))}
-            )
-            tagged = self._instance.get_run_by_id(run.run_id)
-            if tagged is not None:
-                context = SubmitRunContext(tagged, context.workspace)
+            try:
+                endpoint = endpoint_of(load_pipeline_settings(pipeline_config_path()), checkpoint_id)
+            except ShopSimRLError as exc:
+                # The run is already created: enqueue it untagged rather than leave it NOT_STARTED;
+                # its own step fails on the same settings error, with the same one-line message.
+                self._logger.warning(f"run {run.run_id}: no endpoint tag ({exc.one_line()})")
+            else:
+                self._instance.add_run_tags(run.run_id, {ENDPOINT_TAG: endpoint_tag_value(endpoint)})
+                tagged = self._instance.get_run_by_id(run.run_id)
+                if tagged is not None:
+                    context = SubmitRunContext(tagged, context.workspace)
         return super().submit_run(context)
 
 
