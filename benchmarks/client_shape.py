@@ -11,8 +11,10 @@ and its CPU (user + system) comes from the OS (`os.wait4` rusage of the child). 
 same run and on the same stubs, the thread-pool reference (`benchmarks._thread_reference`: the
 earlier harness's shape, also its own process).
 
-Settings: 1 and 64 episodes in flight with a zero-latency model; 64 and 256 in flight with 200 ms
-model latency. Reported per row: steps/s over the whole process, steady steps/s (from the traces:
+Settings: 1 and 64 episodes in flight with a zero-latency model (64 twice: 400 and 1,024
+episodes, the two ends of the issue's range; the line through both splits the CPU into a fixed
+part per process and a part per step); 64 and 256 in flight with 200 ms model latency.
+Reported per row: steps/s over the whole process, steady steps/s (from the traces:
 while every worker was busy), the fraction of the ideal ``concurrency / 0.2 s`` for latency rows,
 client CPU ms per step, stub CPU ms per step, and the ratios to the reference. Writes
 benchmarks/results/client_shape.json (``--quick``: a temporary file; numbers meaningless).
@@ -46,12 +48,13 @@ LATENCY_MS = 200.0
 SETTINGS = [
     ("c1_0ms", 1, 0.0, 60, 1),
     ("c64_0ms", 64, 0.0, 100, 4),
+    ("c64_0ms_1024", 64, 0.0, 128, 8),  # the top of the issue's 400–1024 episodes: start-up weighs less
     ("c64_200ms", 64, LATENCY_MS, 64, 4),
     ("c256_200ms", 256, LATENCY_MS, 100, 10),
 ]
 QUICK_SETTINGS = [("c1_0ms", 1, 0.0, 2, 1), ("c8_200ms", 8, LATENCY_MS, 8, 2)]
 #: the reference plays fewer episodes where it is slow (its rate, not its total, is compared)
-REFERENCE_EPISODES = {"c256_200ms": 512}
+REFERENCE_EPISODES = {"c256_200ms": 512, "c64_0ms_1024": 400}
 
 
 def _log(message: str) -> None:
@@ -232,7 +235,7 @@ def run_benchmark(
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(("httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop")),
+        "machine": machine_facts(("httptools", "httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop")),
         "settings": {
             "repeats": repeats,
             "quick": quick,
@@ -304,7 +307,27 @@ def run_benchmark(
                     doc["rows"][label] = rows
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    doc["fixed_and_marginal"] = fixed_and_marginal(doc["rows"])
     return doc
+
+
+def fixed_and_marginal(rows: dict[str, Any]) -> dict[str, Any]:
+    """The client's CPU split into a part per process and a part per step.
+
+    The fixed part is start-up, preflight and summary; both come from the line through the two
+    zero-latency 64-in-flight rows (400 and 1,024 episodes). Per `shopsimrl run` variant; empty
+    when either row is missing.
+    """
+    out: dict[str, Any] = {}
+    short, long = rows.get("c64_0ms") or {}, rows.get("c64_0ms_1024") or {}
+    for name in set(short) & set(long) - {"reference"}:
+        a, b = short[name], long[name]
+        if not (a.get("steps") and b.get("steps") and b["steps"] != a["steps"]):
+            continue
+        per_step = (b["cpu_s"] - a["cpu_s"]) / (b["steps"] - a["steps"])
+        out[name] = {"fixed_cpu_s": _round(a["cpu_s"] - per_step * a["steps"]),
+                     "marginal_cpu_ms_per_step": _round(per_step * 1000.0)}
+    return out
 
 
 def format_table(doc: dict[str, Any]) -> str:
@@ -332,6 +355,11 @@ def format_table(doc: dict[str, Any]) -> str:
                 f"{f(ratio.get('cpu_per_step_ratio'), '.3f', 9)}"
                 + (f"  FAILED {row['failed']}" if row.get("failed") else "")
             )
+    for name, split in (doc.get("fixed_and_marginal") or {}).items():
+        lines.append(
+            f"shopsimrl run ({name}): fixed {split['fixed_cpu_s']:.2f} s CPU per process (start-up, preflight, "
+            f"summary) + {split['marginal_cpu_ms_per_step']:.3f} ms per step (line through c64_0ms and c64_0ms_1024)"
+        )
     lines.append(
         "whole process (start-up and summary included); cpu ms/st: the client process's user+system CPU (OS rusage) "
         "per step; steady: steps/s while every worker was busy (from the traces); ideal% = steps/s ÷ "

@@ -11,8 +11,12 @@ process's own (rusage); ``loop`` counts only the request loop, ``process`` adds 
 
 Engines:
 
-* ``adapters``: the engine as the model and environment clients use it (``adapters._http.AiohttpEngine``).
+* ``adapters``: the engine as the model and environment clients use it by default
+  (``adapters._h1.H1Engine``: the event loop's transports with the httptools parser).
+* ``adapters_aiohttp``: ``adapters._http.AiohttpEngine`` (``http_transport: aiohttp``).
 * ``aiohttp``: ``aiohttp.ClientSession.post`` directly.
+* ``pycurl``: libcurl's multi interface through pycurl, driven by the event loop (socket and timer
+  callbacks; easy handles reused, so libcurl keeps its connections alive).
 * ``httpx_aiohttp``: ``httpx.AsyncClient`` over ``httpx_aiohttp.AiohttpTransport``.
 * ``httpx_aiohttp_bypass``: ``AiohttpTransport.handle_async_request(httpx.Request)`` (httpx's client
   layer bypassed).
@@ -46,7 +50,8 @@ from benchmarks._measure import machine_facts
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "http_engines.json"
 SCHEMA = "shopsimrl-bench-http-engines-v1"
-ENGINES = ("adapters", "aiohttp", "httpx_aiohttp", "httpx_aiohttp_bypass", "httpcore_bypass", "httpx", "today")
+ENGINES = ("adapters", "adapters_aiohttp", "aiohttp", "pycurl", "httpx_aiohttp", "httpx_aiohttp_bypass",
+           "httpcore_bypass", "httpx", "today")
 EPISODE_STEPS = 10
 
 
@@ -97,12 +102,15 @@ class _Engine:
 
 def _engine(name: str, limit: int) -> _Engine:
     headers = {"Content-Type": "application/json"}
-    if name == "adapters":
-        from shopsimrl_core.adapters._http import AiohttpEngine
+    if name in ("adapters", "adapters_aiohttp"):
+        from shopsimrl_core.adapters._http import build_engine
+
+        mode = "aiohttp" if name == "adapters_aiohttp" else "auto"
 
         class Adapters(_Engine):
             def __init__(self) -> None:
-                self.engine = AiohttpEngine(timeout=120, read_timeout=120, max_connections=limit)
+                self.engine = build_engine("http://127.0.0.1/", mode=mode, timeout=120, read_timeout=120,
+                                           max_connections=limit, trust_env=False)
 
             async def post(self, url: str, body: bytes) -> bytes:
                 return (await self.engine.request("POST", url, body, headers)).data
@@ -136,6 +144,8 @@ def _engine(name: str, limit: int) -> _Engine:
                 await self.session.close()
 
         return Aiohttp()
+    if name == "pycurl":
+        return _CurlMulti(limit)
     import httpx
 
     if name in ("httpx_aiohttp_bypass", "httpcore_bypass"):
@@ -185,6 +195,91 @@ def _engine(name: str, limit: int) -> _Engine:
             await client.aclose()
 
     return Httpx()
+
+
+class _CurlMulti(_Engine):
+    """libcurl's multi interface on the running loop: libcurl asks which sockets to watch and when to
+    wake it (``M_SOCKETFUNCTION`` / ``M_TIMERFUNCTION``); each readiness event is handed back to
+    ``socket_action``, and finished transfers resolve their futures."""
+
+    def __init__(self, limit: int) -> None:
+        import pycurl
+
+        self.pycurl = pycurl
+        self.loop = asyncio.get_running_loop()
+        self.multi = pycurl.CurlMulti()
+        self.multi.setopt(pycurl.M_SOCKETFUNCTION, self._watch)
+        self.multi.setopt(pycurl.M_TIMERFUNCTION, self._wake_in)
+        self.multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, limit)
+        self.timer: asyncio.TimerHandle | None = None
+        self.watched: dict[int, int] = {}  # fd -> 1 read | 2 write
+        self.handles: list[Any] = []
+        self.pending: dict[Any, tuple[asyncio.Future[bytes], list[bytes]]] = {}
+
+    def _watch(self, what: int, fd: int, multi: Any, data: Any) -> None:
+        pc, loop = self.pycurl, self.loop
+        had = self.watched.pop(fd, 0)
+        want = 0 if what == pc.POLL_REMOVE else {pc.POLL_IN: 1, pc.POLL_OUT: 2, pc.POLL_INOUT: 3}.get(what, 0)
+        if had & 1 and not want & 1:
+            loop.remove_reader(fd)
+        if had & 2 and not want & 2:
+            loop.remove_writer(fd)
+        if want & 1 and not had & 1:
+            loop.add_reader(fd, self._act, fd, pc.CSELECT_IN)
+        if want & 2 and not had & 2:
+            loop.add_writer(fd, self._act, fd, pc.CSELECT_OUT)
+        if want:
+            self.watched[fd] = want
+
+    def _wake_in(self, ms: int) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if ms >= 0:
+            self.timer = self.loop.call_later(ms / 1000, self._act, self.pycurl.SOCKET_TIMEOUT, 0)
+
+    def _act(self, fd: int, event: int) -> None:
+        multi = self.multi
+        while multi.socket_action(fd, event)[0] == self.pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        while True:
+            queued, done, failed = multi.info_read()
+            for handle in done:
+                multi.remove_handle(handle)
+                future, parts = self.pending.pop(handle)
+                self.handles.append(handle)
+                if not future.done():
+                    future.set_result(b"".join(parts))
+            for handle, _code, message in failed:
+                multi.remove_handle(handle)
+                future, _ = self.pending.pop(handle)
+                self.handles.append(handle)
+                if not future.done():
+                    future.set_exception(ConnectionError(message))
+            if not queued:
+                break
+
+    async def post(self, url: str, body: bytes) -> bytes:
+        pc = self.pycurl
+        if self.handles:
+            handle = self.handles.pop()
+        else:
+            handle = pc.Curl()
+            handle.setopt(pc.HTTPHEADER, ["Content-Type: application/json", "Expect:"])
+            handle.setopt(pc.NOSIGNAL, 1)
+        parts: list[bytes] = []
+        handle.setopt(pc.URL, url)
+        handle.setopt(pc.POSTFIELDS, body)
+        handle.setopt(pc.WRITEFUNCTION, parts.append)
+        future: asyncio.Future[bytes] = self.loop.create_future()
+        self.pending[handle] = (future, parts)
+        self.multi.add_handle(handle)
+        return await future
+
+    async def aclose(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.multi.close()
 
 
 async def _child_main(engine_name: str, env_url: str, model_url: str, steps: int, concurrency: int) -> dict[str, Any]:
@@ -398,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(("aiohttp", "httpx", "httpx-aiohttp", "orjson", "uvloop")),
+        "machine": machine_facts(("aiohttp", "httpx", "httpx-aiohttp", "httptools", "orjson", "pycurl", "uvloop")),
         "settings": {"steps": args.steps, "concurrency": args.concurrency, "repeats": args.repeats, "loop": args.loop},
         "engines": rows,
         "duration_s": round(time.perf_counter() - started, 1),

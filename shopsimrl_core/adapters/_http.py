@@ -1,16 +1,19 @@
 """The HTTP engines under the model and environment clients (their JSON codec: ``_json.py``).
 
-Two engines share one small interface (``request``, ``stream``, ``aclose``):
+Three engines share one small interface (``request``, ``stream``, ``aclose``):
 
-* :class:`AiohttpEngine` — ``aiohttp.ClientSession`` used directly: the default (``http_transport:
-  auto`` / ``aiohttp``), for ``http://`` and ``https://``. Measured against httpx, httpx over
-  aiohttp, httpx with its client layer bypassed and the former in-house transport, it costs the
-  least CPU per request by a wide margin (docs/benchmarks.md, ``benchmarks/http_engines.py``).
+* :class:`~shopsimrl_core.adapters._h1.H1Engine` (``_h1.py``) — HTTP/1.1 on the event loop's own
+  transports with the httptools (llhttp) parser: the default (``http_transport: auto`` / ``h1``)
+  for ``http://`` and ``https://`` reached directly. It costs a quarter of aiohttp's CPU per
+  request (docs/benchmarks.md, ``benchmarks/http_engines.py``).
+* :class:`AiohttpEngine` — ``aiohttp.ClientSession`` used directly: ``http_transport: aiohttp``,
+  and in ``auto`` mode when ``trust_env`` is on and an ``HTTP(S)_PROXY`` or a ``.netrc`` entry
+  applies to the URL.
 * :class:`HttpxEngine` — an ``httpx.AsyncClient``: used for ``http_transport: httpx``, for an explicit
   ``transport=`` (the test seam: ``httpx.MockTransport``), and in ``auto`` mode when a proxy variable
   only httpx understands applies (``ALL_PROXY``, ``socks5://`` proxies).
 
-Rules both engines keep (the retry logic above relies on them):
+Rules every engine keeps (the retry logic above relies on them):
 
 * A request is never resent by the engine once its bytes may have reached the server, except an
   idempotent method on a reused keep-alive connection that the server had closed; POSTs never.
@@ -50,7 +53,7 @@ __all__ = [
     "select_transport",
 ]
 
-HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "aiohttp", "httpx")
+HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "h1", "aiohttp", "httpx")
 KEEPALIVE_EXPIRY = 4.0
 
 
@@ -384,26 +387,46 @@ class HttpxEngine(_Engine):
 # -- selection ----------------------------------------------------------------------------------
 
 
-def _httpx_only_proxy(url: str) -> bool:
-    """True when a proxy variable applies to *url* that aiohttp would not honour (ALL_PROXY, SOCKS)."""
+def _library_for(url: str) -> str | None:
+    """With ``trust_env``: the library that must carry *url*, or None to go direct (the h1 engine).
+
+    ``"httpx"`` for an ``ALL_PROXY`` or SOCKS proxy, ``"aiohttp"`` for an ``HTTP(S)_PROXY`` or
+    ``.netrc`` credentials for the host.
+    """
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
+    host = parts.hostname or ""
     proxies = urllib.request.getproxies()
-    if urllib.request.proxy_bypass(parts.hostname or ""):
+    if not urllib.request.proxy_bypass(host):
+        chosen = proxies.get(parts.scheme)
+        if chosen is None and proxies.get("all"):
+            return "httpx"
+        if chosen is not None:
+            return "aiohttp" if chosen.lower().startswith(("http://", "https://")) else "httpx"
+    return "aiohttp" if _netrc_has(host) else None
+
+
+def _netrc_has(host: str) -> bool:
+    import netrc
+    import os
+
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    if not os.path.isfile(path):
         return False
-    chosen = proxies.get(parts.scheme)
-    if chosen is None:
-        return bool(proxies.get("all"))
-    return not chosen.lower().startswith(("http://", "https://"))
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False  # aiohttp would not use an unreadable file either
 
 
 def select_transport(url: str, *, mode: str = "auto", trust_env: bool = False) -> str:
-    """Name the engine a client of *url* uses: ``"aiohttp"`` or ``"httpx"``.
+    """Name the engine a client of *url* uses: ``"h1"``, ``"aiohttp"`` or ``"httpx"``.
 
-    ``auto``: aiohttp, except with *trust_env* when a proxy variable only httpx supports applies
-    (``ALL_PROXY`` without a scheme-specific proxy, or a ``socks5://``-style proxy). ``aiohttp``,
-    ``httpx``: always that engine.
+    ``auto``: the h1 engine, unless the URL carries credentials (aiohttp) or *trust_env* is on and
+    the environment routes *url* elsewhere: an ``HTTP(S)_PROXY`` or ``.netrc`` entry → aiohttp;
+    ``ALL_PROXY`` without a scheme-specific proxy, or a ``socks5://``-style proxy → httpx.
+    ``h1``, ``aiohttp``, ``httpx``: always that engine (h1 never uses a proxy).
 
     Raises:
         ValueError: unknown *mode*, or a URL that is not ``http://`` / ``https://``.
@@ -413,7 +436,9 @@ def select_transport(url: str, *, mode: str = "auto", trust_env: bool = False) -
     if not url.lower().startswith(("http://", "https://")):
         raise ValueError(f"only http:// and https:// URLs are supported (got {url!r})")
     if mode == "auto":
-        return "httpx" if trust_env and _httpx_only_proxy(url) else "aiohttp"
+        if "@" in url.split("/", 3)[2]:  # user:password@host: aiohttp sends it as Basic auth
+            return "aiohttp"
+        return (_library_for(url) if trust_env else None) or "h1"
     return mode
 
 
@@ -423,9 +448,14 @@ def build_engine(url: str, *, mode: str, timeout: float, read_timeout: float | N
 
     An explicit httpx *transport* wins (httpx engine over it), else :func:`select_transport` decides.
     """
-    if transport is not None or select_transport(url, mode=mode, trust_env=trust_env) == "httpx":
+    chosen = "httpx" if transport is not None else select_transport(url, mode=mode, trust_env=trust_env)
+    if chosen == "httpx":
         return HttpxEngine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
                            trust_env=trust_env, transport=transport)
+    if chosen == "h1":
+        from shopsimrl_core.adapters._h1 import H1Engine
+
+        return H1Engine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections)
     return AiohttpEngine(
         timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env
     )

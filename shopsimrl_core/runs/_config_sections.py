@@ -143,7 +143,7 @@ class EnvironmentConfig(_HttpServers):
     """Persona mode; null takes the split's flag. Both set and different is an error."""
     max_connections: int = Field(default=64, ge=1)
     """Additive: pooled HTTP connections to the environment. Execution setting."""
-    http_transport: Literal["auto", "aiohttp", "httpx"] = "auto"
+    http_transport: Literal["auto", "h1", "aiohttp", "httpx"] = "auto"
     """Additive: HTTP engine (``auto``/``aiohttp``: aiohttp; ``httpx``: httpx's own client). Execution setting."""
     reset_wait_seconds: float = Field(default=600.0, gt=0)
     """Additive: longest wait of one reset for a free slot; then the attempt fails (stage reset). Execution setting."""
@@ -230,7 +230,7 @@ class ModelConfig(_HttpServers):
     """Extra request keys merged at the top level of the body (e.g. ``enable_thinking``)."""
     max_connections: int = Field(default=64, ge=1)
     """Additive: pooled HTTP connections to the endpoint. Execution setting."""
-    http_transport: Literal["auto", "aiohttp", "httpx"] = "auto"
+    http_transport: Literal["auto", "h1", "aiohttp", "httpx"] = "auto"
     """Additive: HTTP engine; execution setting.
 
     ``auto``: aiohttp, or httpx when an ALL_PROXY/SOCKS proxy applies; ``aiohttp``; ``httpx``.

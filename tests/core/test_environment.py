@@ -66,7 +66,7 @@ def test_reset_has_no_read_timeout_other_calls_do():
     assert reset.read_timeout is None and reset.timeout == 7.0
     assert step.read_timeout == 7.0 and step.timeout == 7.0
     assert step.trust_env is False and reset.trust_env is False
-    assert type(step).__name__ == "AiohttpEngine" and step is not reset  # two pools
+    assert type(step).__name__ == "H1Engine" and step is not reset  # two pools
     run(env.aclose())
 
 

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from shopsimrl_core.adapters._h1 import H1Engine
 from shopsimrl_core.adapters._http import AiohttpEngine, HttpxEngine, TransportError, build_engine
 from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError
 
@@ -107,13 +108,18 @@ def uvicorn_url() -> Iterator[str]:
     sock.close()
 
 
-ENGINES = ["aiohttp", "httpx"]
+ENGINES = ["h1", "aiohttp", "httpx"]
 
 
 def engine(kind: str = "aiohttp", *, timeout: float = 10.0, read_timeout: float | None = 10.0, max_connections: int = 8,
-           trust_env: bool = False) -> Any:
+           trust_env: bool = False, keepalive_expiry: float | None = None) -> Any:
+    extra: dict[str, Any] = {} if keepalive_expiry is None else {"keepalive_expiry": keepalive_expiry}
+    if kind == "h1":
+        assert not trust_env, "the h1 engine never reads proxy variables"
+        return H1Engine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, **extra)
     cls = AiohttpEngine if kind == "aiohttp" else HttpxEngine
-    return cls(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env)
+    return cls(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env,
+               **extra)
 
 
 # -- a raw asyncio server for misbehaviour ---------------------------------------------------------
@@ -356,10 +362,11 @@ def test_post_is_never_resent_after_its_bytes_reached_the_server(kind):
     assert after.data == b"ok"
 
 
-def test_idempotent_request_is_resent_once_when_a_reused_connection_drops():
+@pytest.mark.parametrize("kind", ["h1", "aiohttp"])
+def test_idempotent_request_is_resent_once_when_a_reused_connection_drops(kind):
     async def main():
         async with RawServer(drop_second_request_handler()) as server:
-            http = engine("aiohttp")
+            http = engine(kind)
             try:
                 await http.request("GET", server.url + "/first")
                 reply = await http.request("GET", server.url + "/second")
@@ -549,10 +556,11 @@ def test_aclose_closes_connections_and_refuses_later_requests(kind):
     assert run(bounded(main())).open_connections == 0
 
 
-def test_idle_connections_past_keepalive_expiry_are_not_reused():
+@pytest.mark.parametrize("kind", ["h1", "aiohttp"])
+def test_idle_connections_past_keepalive_expiry_are_not_reused(kind):
     async def main():
         async with RawServer(keep_alive_handler) as server:
-            http = AiohttpEngine(timeout=5, read_timeout=5, keepalive_expiry=0.05)
+            http = engine(kind, timeout=5, read_timeout=5, keepalive_expiry=0.05)
             try:
                 await http.request("GET", server.url + "/a")
                 await asyncio.sleep(0.3)
@@ -580,13 +588,70 @@ def test_model_client_retries_transport_errors_over_the_default_engine():
                 retry_backoff_seconds=0.0,
                 trust_env=False,
             ) as model:
-                assert isinstance(model._http(), AiohttpEngine)
+                assert isinstance(model._http(), H1Engine)
                 with pytest.raises(ModelRequestError, match="after 3 attempts: RemoteProtocolError"):
                     await model.complete([{"role": "user", "content": "hi"}], None, seed=1)
             return server
 
     server = run(bounded(main()))
     assert len(server.requests) == 3 and server.connections == 3
+
+
+# -- what only the h1 engine has to do itself ------------------------------------------------------
+
+
+def test_h1_decodes_gzip_skips_interim_responses_and_refuses_header_injection():
+    import gzip
+
+    packed = gzip.compress(b'{"packed": true}')
+
+    async def handler(server, reader, writer, index):
+        while await server.next_request(reader, index) is not None:
+            if len(server.requests) == 1:  # a server that compresses although identity was asked for
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(packed), packed))
+            else:
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after interim"))
+            await writer.drain()
+
+    async def main():
+        async with RawServer(handler) as server:
+            http = engine("h1")
+            try:
+                packed_reply = await http.request("POST", server.url + "/gz", b"{}")
+                interim = await http.request("POST", server.url + "/interim", b"{}")
+                await http.request("POST", server.url + "/商品?q=杯&x=%20", b"{}")  # non-ASCII: percent-encoded
+                with pytest.raises(ValueError, match="line break"):
+                    await http.request("POST", server.url + "/x", b"{}", {"X-Evil": "a\r\nX-Injected: 1"})
+                with pytest.raises(ValueError, match="HEAD"):
+                    await http.request("HEAD", server.url + "/x")
+            finally:
+                await http.aclose()
+            return server, packed_reply, interim
+
+    server, packed_reply, interim = run(bounded(main()))
+    assert json.loads(packed_reply.data) == {"packed": True}
+    assert interim.data == b"after interim" and interim.status == 200
+    assert server.requests[2][2] == "/%E5%95%86%E5%93%81?q=%E6%9D%AF&x=%20"
+    assert len(server.requests) == 3 and server.connections == 1  # refused requests never left the client
+
+
+def test_h1_bound_counts_idle_connections_of_every_origin():
+    async def main():
+        async with RawServer(keep_alive_handler) as first, RawServer(keep_alive_handler) as second:
+            http = engine("h1", max_connections=1)
+            try:
+                await http.request("GET", first.url + "/a")
+                await http.request("GET", second.url + "/b")  # the idle connection to `first` makes room
+                await asyncio.wait_for(first.closed.wait(), 5)
+                await http.request("GET", second.url + "/c")
+            finally:
+                await http.aclose()
+            return first, second
+
+    first, second = run(bounded(main()))
+    assert first.open_connections == 0 and first.connections == 1
+    assert second.connections == 1 and [r[2] for r in second.requests] == ["/b", "/c"]
 
 
 # -- proxies and TLS ----------------------------------------------------------------------------
@@ -671,11 +736,14 @@ def tls_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     sock.close()
 
 
-def test_https_verifies_certificates(tls_server):
+@pytest.mark.parametrize("kind", ["h1", "aiohttp"])
+def test_https_verifies_certificates(tls_server, kind):
     url, cert = tls_server
+    cls = {"h1": "shopsimrl_core.adapters._h1 import H1Engine as Engine",
+           "aiohttp": "shopsimrl_core.adapters._http import AiohttpEngine as Engine"}[kind]
 
     async def main():
-        http = engine()
+        http = engine(kind)
         try:
             with pytest.raises(TransportError, match="^ConnectError: .*certificate"):
                 await http.request("GET", url + "/echo")
@@ -685,9 +753,9 @@ def test_https_verifies_certificates(tls_server):
     run(bounded(main()))
     # trusted through the standard variable (read when the engine's TLS context is made): TLS works
     script = (
-        "import asyncio, json; from shopsimrl_core.adapters._http import AiohttpEngine\n"
+        f"import asyncio, json; from {cls}\n"
         "async def main():\n"
-        "    http = AiohttpEngine(timeout=5, read_timeout=5)\n"
+        "    http = Engine(timeout=5, read_timeout=5)\n"
         f"    reply = await http.request('POST', {url + '/echo'!r}, b'tls')\n"
         "    await http.aclose()\n"
         "    print(json.loads(reply.data)['body'])\n"
@@ -704,11 +772,15 @@ def test_https_verifies_certificates(tls_server):
     assert done.stdout.strip() == "tls"
 
 
-def test_build_engine_picks_aiohttp_and_an_explicit_transport_wins():
+def test_build_engine_picks_h1_and_an_explicit_transport_wins():
     import httpx
 
     assert isinstance(
         build_engine("https://x/v1", mode="auto", timeout=1, read_timeout=1, max_connections=1, trust_env=False),
+        H1Engine,
+    )
+    assert isinstance(
+        build_engine("https://x/v1", mode="aiohttp", timeout=1, read_timeout=1, max_connections=1, trust_env=False),
         AiohttpEngine,
     )
     assert isinstance(
