@@ -108,15 +108,22 @@ def _engine(name: str, limit: int) -> _Engine:
         mode = "aiohttp" if name == "adapters_aiohttp" else "auto"
 
         class Adapters(_Engine):
+            # one engine per service, as the model and environment clients hold them
             def __init__(self) -> None:
-                self.engine = build_engine("http://127.0.0.1/", mode=mode, timeout=120, read_timeout=120,
-                                           max_connections=limit, trust_env=False)
+                self.engines: dict[str, Any] = {}
 
             async def post(self, url: str, body: bytes) -> bytes:
-                return (await self.engine.request("POST", url, body, headers)).data
+                service = url.split("/", 3)[2]
+                engine = self.engines.get(service)
+                if engine is None:
+                    engine = self.engines[service] = build_engine(
+                        url, mode=mode, timeout=120, read_timeout=120, max_connections=limit, trust_env=False
+                    )
+                return (await engine.request("POST", url, body, headers)).data
 
             async def aclose(self) -> None:
-                await self.engine.aclose()
+                for engine in self.engines.values():
+                    await engine.aclose()
 
         return Adapters()
     if name == "aiohttp":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -104,7 +105,8 @@ class H1Engine(_Engine):
         self.read_timeout = read_timeout
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
-        self._slots = asyncio.Semaphore(max_connections)  # FIFO: requests beyond the bound wait in order
+        self._free = max_connections  # requests that may hold a connection now; the rest wait in order
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._open: set[Connection] = set()
         self._opening = 0
@@ -114,6 +116,30 @@ class H1Engine(_Engine):
         self._closed = False
 
     # -- pool -------------------------------------------------------------------------------------
+
+    async def _acquire(self) -> None:
+        # asyncio.Semaphore would do, but its acquire scans its waiters on every call
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # resolved by _release, which hands its slot over
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # the slot was handed over just as this request was cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def _release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
     def _origin(self, url: str) -> _Origin:
         origin = self._origins.get(url)
@@ -228,7 +254,8 @@ class H1Engine(_Engine):
         """Send one request and read its whole body. Raises :class:`TransportError`."""
         origin, head = self._prepare(method, url, body, headers)
         read = self.read_timeout if read_timeout is _DEFAULT else read_timeout
-        async with self._slots:
+        await self._acquire()
+        try:
             for attempt in range(2):
                 conn = await self._exchange(origin, head, body)
                 try:
@@ -245,6 +272,8 @@ class H1Engine(_Engine):
                     raise
                 self._give_back(origin, conn)
                 return reply
+        finally:
+            self._release()
         raise AssertionError("unreachable")
 
     @asynccontextmanager
@@ -253,7 +282,8 @@ class H1Engine(_Engine):
         """A response whose body is read as it arrives. Raises :class:`TransportError`."""
         origin, head = self._prepare(method, url, body, headers)
         read = self.read_timeout
-        async with self._slots:
+        await self._acquire()
+        try:
             conn = await self._exchange(origin, head, body)
             try:
                 await conn.head(read)
@@ -265,6 +295,8 @@ class H1Engine(_Engine):
                 self._give_back(origin, conn)
             else:
                 conn.close()  # the body was not read to the end
+        finally:
+            self._release()
 
     async def aclose(self) -> None:
         """Close every connection. Idempotent."""

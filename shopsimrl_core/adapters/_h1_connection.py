@@ -33,11 +33,21 @@ def charset(content_type: str | None) -> str | None:
     """The ``charset`` parameter of a Content-Type header, or None."""
     if not content_type:
         return None
+    known = _CHARSETS.get(content_type, _CHARSETS)
+    if known is not _CHARSETS:
+        return known
+    found = None
     for param in content_type.split(";")[1:]:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset":
-            return value.strip().strip('"') or None
-    return None
+            found = value.strip().strip('"') or None
+            break
+    if len(_CHARSETS) < 32:  # a service answers with one or two Content-Types: parse each once
+        _CHARSETS[content_type] = found
+    return found
+
+
+_CHARSETS: dict[str, Any] = {}
 
 
 class Connection(asyncio.Protocol):

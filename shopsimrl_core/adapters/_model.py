@@ -381,7 +381,7 @@ class ChatModelClient:
         if not 200 <= reply.status < 300:
             self._check_status(reply.status, reply.text)
         body = fast_loads(reply.data)
-        if body is UNDECODED:  # not for orjson: the stdlib decides, on the text, with its own error message
+        if body is UNDECODED:  # not for msgspec: the stdlib decides, on the text, with its own error message
             text = reply.text
             try:
                 body = json.loads(text)

@@ -146,3 +146,25 @@ def test_retry_failed_verb_parses_as_only_failed_run() -> None:
     args = build_parser().parse_args(["retry-failed", "x.yaml"])
     assert args.only_failed is True and args.resume is True and args.handler.__name__ == "_cmd_run"
     assert build_parser().parse_args(["run", "x.yaml"]).only_failed is False
+
+
+def test_run_tunes_the_collector_of_its_own_process_only(tmp_path: Path) -> None:
+    # `shopsimrl run` freezes its start-up objects and raises the young-generation threshold just
+    # before the run starts (docs/runtime.md); a library caller of run_evaluation keeps its own GC.
+    probe = (
+        "import gc, sys\n"
+        "import shopsimrl_core.runs._evaluator as evaluator\n"
+        "def fake(config, options):\n"
+        "    print(gc.get_threshold(), gc.get_freeze_count() > 0, flush=True)\n"
+        "    raise SystemExit(0)\n"
+        "evaluator.run_evaluation = fake\n"
+        "before = gc.get_threshold()\n"
+        "from shopsimrl_core.cli._main import main\n"
+        "print(before, gc.get_freeze_count() > 0, flush=True)\n"
+        "main(['run', sys.argv[1], '--progress', 'none'])\n"
+    )
+    config = REPO / "configs" / "examples" / "sandbox-val.yaml"
+    done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["(700, 10, 10) False", "(20000, 20, 20) True"]
