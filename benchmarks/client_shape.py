@@ -48,7 +48,7 @@ LATENCY_MS = 200.0
 SETTINGS = [
     ("c1_0ms", 1, 0.0, 60, 1),
     ("c64_0ms", 64, 0.0, 100, 4),
-    ("c64_0ms_1024", 64, 0.0, 128, 8),  # the top of the 400–1024 episodes: start-up weighs less
+    ("c64_0ms_1024", 64, 0.0, 64, 16),  # the top of the 400–1024 episodes: start-up weighs less
     ("c64_200ms", 64, LATENCY_MS, 64, 4),
     ("c256_200ms", 256, LATENCY_MS, 100, 10),
 ]

@@ -4,7 +4,7 @@ Three engines share one small interface (``request``, ``stream``, ``aclose``):
 
 * :class:`~shopsimrl_core.adapters._h1.H1Engine` (``_h1.py``) — HTTP/1.1 on the event loop's own
   transports with the httptools (llhttp) parser: the default (``http_transport: auto`` / ``h1``)
-  for ``http://`` and ``https://`` reached directly. It costs a quarter of aiohttp's CPU per
+  for ``http://`` and ``https://`` reached directly. It costs under a third of aiohttp's CPU per
   request (docs/benchmarks.md, ``benchmarks/http_engines.py``).
 * :class:`AiohttpEngine` — ``aiohttp.ClientSession`` used directly: ``http_transport: aiohttp``,
   and in ``auto`` mode when ``trust_env`` is on and an ``HTTP(S)_PROXY`` or a ``.netrc`` entry
