@@ -35,6 +35,7 @@ from shopsimrl_core.adapters._http import (
     StreamReply,
     TransportError,
     _Engine,
+    parsed_once,
 )
 
 __all__ = ["H1Engine"]
@@ -99,12 +100,8 @@ class H1Engine(_Engine):
 
     def __init__(self, *, timeout: float, read_timeout: float | None, max_connections: int = 64,
                  keepalive_expiry: float = KEEPALIVE_EXPIRY) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be >= 1")
-        self.timeout = timeout
-        self.read_timeout = read_timeout
-        self.max_connections = max_connections
-        self.keepalive_expiry = keepalive_expiry
+        self._settle(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
+                     keepalive_expiry=keepalive_expiry)
         self._free = max_connections  # requests that may hold a connection now; the rest wait in order
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
@@ -142,12 +139,7 @@ class H1Engine(_Engine):
         self._free += 1
 
     def _origin(self, url: str) -> _Origin:
-        origin = self._origins.get(url)
-        if origin is None:
-            origin = _Origin(url)
-            if len(self._origins) < 64:  # the clients use a handful of fixed URLs: parse each once
-                self._origins[url] = origin
-        return origin
+        return parsed_once(self._origins, url, _Origin)
 
     def _take(self, origin: _Origin) -> Connection | None:
         idle = self._idle.get(origin.key)

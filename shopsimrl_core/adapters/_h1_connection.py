@@ -15,7 +15,7 @@ from typing import Any
 
 import httptools
 
-from shopsimrl_core.adapters._http import Reply, TransportError
+from shopsimrl_core.adapters._http import Reply, TransportError, parsed_once
 
 __all__ = ["Connection", "charset"]
 
@@ -31,20 +31,15 @@ _INCOMPLETE = "Server disconnected without sending a complete response."
 
 def charset(content_type: str | None) -> str | None:
     """The ``charset`` parameter of a Content-Type header, or None."""
-    if not content_type:
-        return None
-    known = _CHARSETS.get(content_type, _CHARSETS)
-    if known is not _CHARSETS:
-        return known
-    found = None
+    return parsed_once(_CHARSETS, content_type, _charset_of) if content_type else None
+
+
+def _charset_of(content_type: str) -> str | None:
     for param in content_type.split(";")[1:]:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset":
-            found = value.strip().strip('"') or None
-            break
-    if len(_CHARSETS) < 32:  # a service answers with one or two Content-Types: parse each once
-        _CHARSETS[content_type] = found
-    return found
+            return value.strip().strip('"') or None
+    return None
 
 
 _CHARSETS: dict[str, Any] = {}

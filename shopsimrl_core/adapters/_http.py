@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # httpx is imported only when an httpx engine is built
     import httpx
@@ -126,9 +126,35 @@ class StreamReply:
 
 
 _DEFAULT = object()
+_MISSING = object()
+_Parsed = TypeVar("_Parsed")
+
+
+def parsed_once(cache: dict[str, Any], key: str, parse: Callable[[str], _Parsed]) -> _Parsed:
+    """``parse(key)``, remembered in *cache* while it holds fewer than 64 entries.
+
+    The clients send to a handful of fixed URLs and read a couple of Content-Types, so each is
+    parsed once; the bound keeps an unusual caller from growing the cache without end.
+    """
+    value = cache.get(key, _MISSING)
+    if value is _MISSING:
+        value = parse(key)
+        if len(cache) < 64:
+            cache[key] = value
+    return value
 
 
 class _Engine:
+    def _settle(self, *, timeout: float, read_timeout: float | None, max_connections: int,
+                keepalive_expiry: float) -> None:
+        """Validate and keep the settings every pooling engine of ours shares."""
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        self.timeout = timeout
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+
     async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
                       read_timeout: Any = _DEFAULT) -> Reply:
         raise NotImplementedError
@@ -216,13 +242,9 @@ class AiohttpEngine(_Engine):
 
     def __init__(self, *, timeout: float, read_timeout: float | None, max_connections: int = 64,
                  trust_env: bool = False, keepalive_expiry: float = KEEPALIVE_EXPIRY) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be >= 1")
-        self.timeout = timeout
-        self.read_timeout = read_timeout
-        self.max_connections = max_connections
+        self._settle(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
+                     keepalive_expiry=keepalive_expiry)
         self.trust_env = trust_env
-        self.keepalive_expiry = keepalive_expiry
         self._session: Any = None
         self._urls: dict[str, Any] = {}
         self._timeouts: dict[Any, Any] = {}
@@ -254,14 +276,9 @@ class AiohttpEngine(_Engine):
         return cached
 
     def _url(self, url: str) -> Any:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            from yarl import URL
+        from yarl import URL
 
-            parsed = URL(url)
-            if len(self._urls) < 64:  # the clients use a handful of fixed URLs: parse each once
-                self._urls[url] = parsed
-        return parsed
+        return parsed_once(self._urls, url, URL)
 
     async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
                       read_timeout: Any = _DEFAULT) -> Reply:
