@@ -77,7 +77,6 @@ class Connection(asyncio.Protocol):
         self.keep = False
         self.error: TransportError | None = None
         self.last_read = 0.0
-        self._name = b""
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
