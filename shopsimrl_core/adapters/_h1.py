@@ -150,11 +150,14 @@ class H1Engine(_Engine):
             conn = idle.pop()
             if conn.closed:
                 continue
-            if now - conn.idle_since >= self.keepalive_expiry:
+            if self._expired(conn, now):
                 conn.close()
                 continue
             return conn
         return None
+
+    def _expired(self, conn: Connection, now: float) -> bool:
+        return now - conn.idle_since >= self.keepalive_expiry
 
     def _give_back(self, origin: _Origin, conn: Connection) -> None:
         conn.end_exchange()
@@ -172,7 +175,7 @@ class H1Engine(_Engine):
         now = asyncio.get_running_loop().time()
         oldest = now
         for idle in self._idle.values():
-            for conn in [c for c in idle if now - c.idle_since >= self.keepalive_expiry]:
+            for conn in [c for c in idle if self._expired(c, now)]:
                 idle.remove(conn)
                 conn.close()
             if idle:

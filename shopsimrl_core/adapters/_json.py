@@ -26,6 +26,7 @@ __all__ = ["UNDECODED", "dumps", "dumps_line", "dumps_strict", "fast_loads", "ha
 UNDECODED = object()
 """What :func:`fast_loads` returns when the stdlib must decide."""
 _decode = msgspec.json.Decoder().decode
+_isfinite = math.isfinite
 
 
 def fast_loads(data: bytes | str) -> Any:
@@ -93,9 +94,6 @@ def has_non_finite(value: Any) -> bool:
             elif kind is float and not _isfinite(child):  # orjson refuses float subclasses: the stdlib decides
                 return True
     return False
-
-
-_isfinite = math.isfinite
 
 
 def dumps_line(record: Any) -> bytes:
