@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
 from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
-from shopsimrl_core.adapters._json import dumps, loads
+from shopsimrl_core.adapters._json import dumps, loads, loads_finite
 
 if TYPE_CHECKING:
     import httpx
@@ -216,10 +216,11 @@ class ShopSimulatorClient:
                 f"environment {action} request failed: {exc}", env_idx=env_idx, action=action
             ) from exc
         status = response.status
+        undecodable = ""
         try:
-            body = loads(response.data)
-        except ValueError:
-            body = None
+            body = loads_finite(response.data)  # a trace line cannot hold NaN: refuse it here, at the source
+        except ValueError as exc:
+            body, undecodable = None, f" (the body is not JSON: {exc})"
         result = body.get("result") if isinstance(body, dict) else None
         error = result.get("error") if isinstance(result, dict) else None
         if status == 409:
@@ -239,7 +240,10 @@ class ShopSimulatorClient:
             )
         if not isinstance(result, dict):
             raise ShopSimulatorError(
-                f"environment {action} response has no result object", env_idx=env_idx, action=action, status=status
+                f"environment {action} response has no result object{undecodable}",
+                env_idx=env_idx,
+                action=action,
+                status=status,
             )
         if error:
             raise ShopSimulatorError(

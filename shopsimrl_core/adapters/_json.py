@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
 import orjson
 
-__all__ = ["UNDECODED", "dumps", "dumps_line", "dumps_strict", "fast_loads", "has_non_finite", "loads"]
+__all__ = [
+    "UNDECODED",
+    "dumps",
+    "dumps_line",
+    "dumps_strict",
+    "fast_loads",
+    "has_non_finite",
+    "loads",
+    "loads_finite",
+]
 
 
 UNDECODED = object()
@@ -46,6 +56,43 @@ def loads(data: bytes | str) -> Any:
     """
     value = fast_loads(data)
     return json.loads(data) if value is UNDECODED else value
+
+
+class _NotFinite(ValueError):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _refuse_constant(literal: str) -> float:
+    raise _NotFinite(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not _isfinite(value):
+        raise _NotFinite(literal)
+    return value
+
+
+def loads_finite(data: bytes | str) -> Any:
+    """Decode like :func:`loads`, but refuse numbers that have no finite double.
+
+    ``NaN``, ``Infinity`` and literals beyond the float range (``1e400``) raise
+    ``json.JSONDecodeError`` naming the literal; RFC 8259 has no NaN or Infinity, and a trace line
+    cannot hold them (runtime-semantics §2.4). The adapters decode every answer with this, so the
+    runtime's records are finite by construction and their trace lines need no walk for NaN. The
+    msgspec path already refuses all three, so only the stdlib fallback pays for the check.
+    """
+    value = fast_loads(data)
+    if value is not UNDECODED:
+        return value
+    try:
+        return json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotFinite as exc:
+        text = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
+        position = max(text.find(exc.literal), 0)
+        raise json.JSONDecodeError(f"{exc.literal} is not a finite number", text, position) from None
 
 
 def dumps(value: Any) -> bytes:
@@ -96,15 +143,20 @@ def has_non_finite(value: Any) -> bool:
     return False
 
 
-def dumps_line(record: Any) -> bytes:
+def dumps_line(record: Any, *, finite: Collection[str] = ()) -> bytes:
     """One JSONL line (newline included) of *record*: UTF-8, non-ASCII literal, NaN refused.
+
+    *finite* names top-level keys whose values the caller vouches hold no NaN or infinite float
+    (the episode runtime's decoded parts: its adapters decode with :func:`loads_finite`); they are
+    not walked, which is most of a trace line. Every other key is.
 
     orjson's compact output (runtime-semantics §2.4: readers parse the JSON, any separators do);
     the stdlib writes what orjson refuses (integers beyond 64 bits, non-string keys) and raises
     what it raises (``ValueError`` for NaN/Infinity or lone surrogates, ``TypeError`` for
     non-JSON values), so a record that cannot be stored fails the same way as before.
     """
-    if has_non_finite(record):
+    checked = record if not finite else [v for k, v in record.items() if k not in finite]
+    if has_non_finite(checked):
         raise ValueError("Out of range float values are not JSON compliant")
     try:
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)

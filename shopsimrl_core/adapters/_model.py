@@ -31,7 +31,7 @@ from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
 from shopsimrl_core.adapters._conversation import Conversation
 from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
-from shopsimrl_core.adapters._json import UNDECODED, dumps, dumps_strict, fast_loads, has_non_finite
+from shopsimrl_core.adapters._json import UNDECODED, dumps, dumps_strict, fast_loads, has_non_finite, loads_finite
 from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
 from shopsimrl_core.adapters._validation import ModelOutput, validate_completion
 
@@ -384,7 +384,7 @@ class ChatModelClient:
         if body is UNDECODED:  # not for msgspec: the stdlib decides, on the text, with its own error message
             text = reply.text
             try:
-                body = json.loads(text)
+                body = loads_finite(text)  # NaN/Infinity refused too: a trace line cannot hold them
             except json.JSONDecodeError as exc:
                 out = ModelOutput(body=None)
                 out.protocol_error = {

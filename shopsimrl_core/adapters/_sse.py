@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+from shopsimrl_core.adapters._json import loads_finite
+
 __all__ = ["StreamFailure", "StreamAssembler", "synthesised_call_id"]
 
 
@@ -63,7 +65,7 @@ class StreamAssembler:
             self.done = True
             return
         try:
-            payload = json.loads(data)
+            payload = loads_finite(data)  # NaN/Infinity refused: a trace line cannot hold them
         except json.JSONDecodeError as exc:
             raise StreamFailure(f"stream event is not JSON: {exc}") from exc
         if not isinstance(payload, dict):

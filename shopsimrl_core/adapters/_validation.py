@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shopsimrl_core.adapters._json import loads
+from shopsimrl_core.adapters._json import loads_finite
 
 __all__ = ["ModelOutput", "validate_completion", "PROTOCOL_ERROR_CODES", "GENERATION_LENGTH_MESSAGE"]
 
@@ -158,7 +158,8 @@ def validate_completion(body: Any, offered: list[str]) -> ModelOutput:
         if not isinstance(raw_arguments, str):
             return fail("invalid_arguments_type", "tool call arguments must be a JSON string")
         try:
-            arguments = loads(raw_arguments)  # orjson; the stdlib's message when it is not JSON
+            # msgspec; the stdlib's message when it is not JSON; NaN/Infinity refused (a trace line cannot hold them)
+            arguments = loads_finite(raw_arguments)
         except json.JSONDecodeError as exc:
             return fail("invalid_arguments_json", f"tool call arguments are not valid JSON: {exc}")
         if not isinstance(arguments, dict):

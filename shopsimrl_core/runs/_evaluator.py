@@ -355,10 +355,11 @@ async def _execute(
     config = plan.config
     total_cap = config.experiment.max_total_attempts
     episode_fn = opts.episode_fn
+    finite: tuple[str, ...] = ()  # an episode function of the caller's: its whole record is checked for NaN
     if episode_fn is None:
-        from shopsimrl_core.episode._runtime import run_episode
+        from shopsimrl_core.episode._runtime import DECODED_PARTS, run_episode
 
-        episode_fn = run_episode
+        episode_fn, finite = run_episode, DECODED_PARTS  # the clients below are the adapters'
     resilient = (opts.episode_fn is None) if opts.resilience is None else opts.resilience
     settings = _make_settings(plan)
     books = _Books(
@@ -403,7 +404,7 @@ async def _execute(
         books.this_invocation[eid] += 1
         record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
         try:
-            store.append(record)
+            store.append(record, finite=finite)
         except (TypeError, ValueError) as exc:  # not serialisable (e.g. NaN): keep the failure visible
             record = boundary_record(job, exc)
             record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
@@ -448,6 +449,7 @@ async def _execute(
         gate.cancel()
         await env.drain(timeout=_CLOSE_GRACE_S)
         await _close_env(raw_env, _CLOSE_GRACE_S)
+        journal.close()
 
 
 async def _warn_no_free_slot(env: Any, tracker: ProgressTracker, config: EvalConfig, report: Any) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.adapters._json import loads
+from shopsimrl_core.adapters._json import dumps_strict, loads
 from shopsimrl_core.runs._index_rows import (
     _ENTRY_COLUMNS,
     _align,
@@ -369,16 +369,9 @@ def _writer(run_dir: Path, locked: bool) -> Iterator[bool]:
 
 
 def _dump_rows(rows: list[dict[str, Any]]) -> bytes:
+    # compact, non-ASCII literal, a NaN read from a hand-edited trace kept as the stdlib writes it
     return b"".join(
-        (
-            json.dumps(
-                {k: v for k, v in row.items() if v is not None or k == "episode_id"},
-                ensure_ascii=False,
-                separators=(",", ":"),
-            )
-            + "\n"
-        ).encode("utf-8")
-        for row in rows
+        dumps_strict({k: v for k, v in row.items() if v is not None or k == "episode_id"}) + b"\n" for row in rows
     )
 
 

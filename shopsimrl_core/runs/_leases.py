@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core._hashing import write_bytes_atomic as _write_bytes_atomic
 from shopsimrl_core.runs._durability import request_fsync
@@ -45,6 +47,15 @@ def _now() -> str:
     return utc_now()
 
 
+def _line(entry: dict[str, Any]) -> bytes:
+    # sorted keys, compact, non-ASCII literal; the stdlib for what orjson refuses (a hand-edited
+    # journal read back by compact() may hold integers beyond 64 bits)
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return (json.dumps(entry, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+
+
 class _DropIgnoredRelease(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "ignored" not in record.getMessage()
@@ -56,30 +67,53 @@ class LeaseJournal:
     def __init__(self, run_dir: str | os.PathLike[str], invocation_id: str) -> None:
         self.path = Path(run_dir) / JOURNAL_NAME
         self.invocation_id = invocation_id
+        # One descriptor for the whole run (two lines per episode): opening the file, checking its
+        # tail and closing it again for every line cost more than writing the line.
+        self._fd: int | None = None
+        self._torn = False  # the file ends in a torn line (a killed writer): the next line starts one
 
-    def _append(self, entry: dict[str, Any], *, durable: bool = True) -> None:
-        line = json.dumps(entry, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+    def _open(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            start = os.lseek(fd, 0, os.SEEK_END)
-            if start > 0 and os.pread(fd, 1, start - 1) != b"\n":
-                line = b"\n" + line  # end a torn line left by a killed writer
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-                # The line is in the page cache now, so a killed process keeps it; the fsync (against
-                # a machine crash) is a group commit on a worker thread, since the event loop must stay
-                # free to read the next reset answer: a lease granted but not yet journaled can leak.
-                if durable:
-                    request_fsync(fd, str(self.path))
-            except OSError as exc:
-                os.ftruncate(fd, start)  # disk full / file too large: never leave half a line behind
-                if exc.filename is None:
-                    exc.filename = str(self.path)
-                raise
-        finally:
+            end = os.lseek(fd, 0, os.SEEK_END)
+            self._torn = end > 0 and os.pread(fd, 1, end - 1) != b"\n"
+        except OSError:
             os.close(fd)
+            raise
+        self._fd = fd
+        return fd
+
+    def close(self) -> None:
+        """Close the journal's descriptor (a later line opens it again)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def _append(self, entry: dict[str, Any], *, durable: bool = True) -> None:
+        line = _line(entry)
+        fd = self._fd if self._fd is not None else self._open()
+        if self._torn:
+            line = b"\n" + line  # end the torn line left by a killed writer
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, start)  # disk full / file too large: never leave half a line behind
+            except OSError:
+                pass  # the original error is what the caller must see
+            self.close()  # the next line checks the tail afresh
+            if exc.filename is None:
+                exc.filename = str(self.path)
+            raise
+        self._torn = False
+        # The line is in the page cache now, so a killed process keeps it; the fsync (against a
+        # machine crash) is a group commit on a worker thread, since the event loop must stay free
+        # to read the next reset answer: a lease granted but not yet journaled can leak.
+        if durable:
+            request_fsync(fd, str(self.path))
 
     def acquired(self, env_idx: int, lease_id: str, base_url: str) -> None:
         """Record a granted lease (call before the lease is used)."""
@@ -135,11 +169,12 @@ class LeaseJournal:
 
     def compact(self) -> None:
         """Rewrite the journal atomically with only the outstanding leases (or remove it when none)."""
+        self.close()  # the file is replaced or removed: later lines go to the new one
         left = self.outstanding()
         if not left:
             self.path.unlink(missing_ok=True)
             return
-        data = b"".join(json.dumps(e, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n" for e in left)
+        data = b"".join(_line(entry) for entry in left)
         _write_bytes_atomic(self.path, data)
 
 

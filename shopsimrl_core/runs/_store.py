@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -382,7 +382,7 @@ class RunStore:
             self._handle = handle
         return self._handle
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: dict[str, Any], *, finite: Collection[str] = ()) -> None:
         """Append one trace line: serialise first, then write it whole; the fsync follows as a group commit.
 
         The line is built before anything is written, so a record that cannot be serialised
@@ -391,12 +391,15 @@ class RunStore:
         the worker thread of :mod:`shopsimrl_core.runs._durability`, and
         :func:`~shopsimrl_core.runs._durability.wait_durable` waits for it.
 
+        *finite*: top-level keys the caller vouches hold no NaN or infinite float (see
+        :func:`~shopsimrl_core.adapters._json.dumps_line`); the rest of the record is checked.
+
         Raises:
             ValueError / TypeError: the record is not valid JSON data.
         """
         if not isinstance(record.get("episode_id"), str):
             raise TraceFormatError("trace record has no string episode_id; refusing to append it", code="trace-format")
-        line = dumps_line(record)
+        line = dumps_line(record, finite=finite)
         with self._append_lock:
             handle = self._open_for_append()
             fd = handle.fileno()

@@ -12,7 +12,9 @@ from test_episode_fakes import BUY_SCRIPT, FakeShop, ScriptedModel, reply, tool_
 
 from shopsimrl_core import EpisodeJob, EpisodeSettings, JsonSkillBank, NoSkills, load_prompt, run_episode
 from shopsimrl_core.adapters._environment import ShopSimulatorClient
+from shopsimrl_core.adapters._json import dumps_line
 from shopsimrl_core.adapters._model import ChatModelClient
+from shopsimrl_core.episode._runtime import DECODED_PARTS
 from shopsimrl_core.episode._trace import is_complete, validate_trace
 
 JOB = EpisodeJob(task_id=19, sample_id=0, seed=2694671387, split="val")
@@ -304,6 +306,27 @@ def test_environment_error_fails_at_environment_stage():
     assert "boom" in record["error"]["message"]
     assert shop.requests[-1]["action"] == "release_one"
     assert shop.actions_of("interact") == ["search[白色 围巾]"]  # never retried
+
+
+def test_a_nan_from_the_environment_fails_the_step_and_never_reaches_the_trace_line():
+    shop = FakeShop()
+
+    def nan_reward(request: httpx.Request) -> httpx.Response:
+        answer = shop(request)
+        body = json.loads(answer.content)
+        if body.get("result", {}).get("done") is not True:
+            return answer
+        body["result"]["reward"] = float("nan")
+        content = json.dumps(body).encode()  # what a Python server writes for a float("nan") score
+        assert b'"reward": NaN' in content
+        return httpx.Response(answer.status_code, content=content)
+
+    record = run(nan_reward, ScriptedModel(*BUY_SCRIPT))  # type: ignore[arg-type]
+    assert record["status"] == "failed" and record["error"]["stage"].startswith("environment_step_")
+    assert "NaN is not a finite number" in record["error"]["message"]
+    assert shop.requests[-1]["action"] == "release_one"
+    # the parts the evaluator does not walk for NaN hold none: the full walk agrees
+    assert dumps_line(record, finite=DECODED_PARTS) == dumps_line(record)
 
 
 def test_lease_lost_is_lease_error():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from typing import Any
 
 import httpx
@@ -283,6 +284,11 @@ CASES = [
         "invalid_arguments_json",
         "tool call arguments are not valid JSON: ",
     ),
+    (  # RFC 8259 has no NaN and a trace line cannot hold one: a repairable protocol error
+        completion({"tool_calls": [call(arguments='{"query": "x", "n": NaN}')]}),
+        "invalid_arguments_json",
+        "tool call arguments are not valid JSON: NaN is not a finite number: line 1 column 21 (char 20)",
+    ),
     (
         completion({"tool_calls": [call(arguments='["x"]')]}),
         "invalid_arguments_object",
@@ -511,7 +517,7 @@ def test_stream_assembler_requires_done_and_data():
 
 from shopsimrl_core.adapters._conversation import Conversation  # noqa: E402
 from shopsimrl_core.adapters._http import StreamReply  # noqa: E402
-from shopsimrl_core.adapters._json import dumps_line, loads  # noqa: E402
+from shopsimrl_core.adapters._json import dumps_line, loads, loads_finite  # noqa: E402
 
 CLICK_TOOL = [
     {
@@ -645,6 +651,44 @@ def test_invalid_json_response_keeps_the_stdlib_message():
         message = f"model response is not valid JSON: {exc}"
     assert out.protocol_error == {"code": "invalid_json_response", "message": message}
     assert out.raw_response == {"text": '{"choices": [1,'}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_non_finite_number_in_a_model_answer_is_a_protocol_error(stream):
+    body = json.dumps(completion({"tool_calls": [call()]}, usage={"total_tokens": float("inf")}))
+    assert "Infinity" in body  # what a Python server writes for inf
+    if stream:
+        content = f"data: {body}\n\ndata: [DONE]\n\n".encode()
+        with pytest.raises(StreamFailure, match="stream event is not JSON: Infinity is not a finite number"):
+            feed = StreamAssembler()
+            for line in content.decode().splitlines():
+                feed.feed_line(line)
+        return
+    out = run(complete(make_client(Recorder(httpx.Response(200, content=body.encode())))))
+    assert out.protocol_error is not None and out.protocol_error["code"] == "invalid_json_response"
+    assert "Infinity is not a finite number" in out.protocol_error["message"] and out.tool_calls == []
+
+
+@pytest.mark.parametrize(
+    "text, literal",
+    [('{"a": NaN}', "NaN"), ("[1, -Infinity]", "-Infinity"), ('{"r": 1e400}', "1e400"), ("Infinity", "Infinity")],
+)
+def test_loads_finite_names_the_literal_it_refuses(text, literal):
+    for data in (text, text.encode("utf-8")):
+        with pytest.raises(json.JSONDecodeError, match=f"^{re.escape(literal)} is not a finite number") as info:
+            loads_finite(data)
+        assert info.value.pos == text.index(literal)
+    assert loads_finite('{"a": 1e308, "b": [0.5, -0.0], "c": 123456789012345678901234567890}') == json.loads(
+        '{"a": 1e308, "b": [0.5, -0.0], "c": 123456789012345678901234567890}'
+    )
+
+
+def test_trace_lines_skip_only_the_parts_the_caller_vouches_for():
+    record = {"episode_id": "e", "steps": [{"t": 0.5}], "provenance": {"sampling": {"temperature": float("nan")}}}
+    with pytest.raises(ValueError):
+        dumps_line(record, finite=("steps",))  # provenance is not vouched for: still checked
+    record["provenance"]["sampling"]["temperature"] = 0.0
+    assert dumps_line(record, finite=("steps",)) == dumps_line(record)
 
 
 def test_stream_lines_split_on_every_line_ending_across_chunks():
