@@ -72,12 +72,21 @@ def timing_split(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def steady_rate(intervals: list[tuple[float, float, int]], t0: float) -> float | None:
+def steady_rate(
+    intervals: list[tuple[float, float, int]], t0: float, *, workers: int | None = None
+) -> float | None:
     """Steps/s while every worker was busy: from *t0* to the last episode start (the queue is
     empty after it, so the tail where workers idle is left out). Steps of an episode are spread
-    evenly over its interval (exact enough when steps take similar time)."""
+    evenly over its interval (exact enough when steps take similar time).
+
+    *workers*: the window starts no earlier than the start of the *workers*-th episode, the moment
+    every worker holds one (a client that spreads its first starts is not counted while it ramps up).
+    """
     if not intervals:
         return None
+    if workers:
+        starts = sorted(start for start, _, _ in intervals)
+        t0 = max(t0, starts[min(workers, len(starts)) - 1])
     end = max(start for start, _, _ in intervals)
     if end - t0 <= 0:
         return None

@@ -154,7 +154,9 @@ def run_thread_reference(
         "wall_s": _round(wall),
         "client_cpu_s": _round(cpu),
         "steps_per_s": _round(steps / wall if wall > 0 else None, 1),
-        "steady_steps_per_s": _round(steady_rate([(a, b, len(s)) for s, ok, a, b in outcomes if ok], wall0), 1)
+        "steady_steps_per_s": _round(
+            steady_rate([(a, b, len(s)) for s, ok, a, b in outcomes if ok], wall0, workers=concurrency), 1
+        )
         if episodes >= 2 * concurrency
         else None,
         "client_cpu_ms_per_step": _round(cpu * 1000.0 / steps if steps else None),

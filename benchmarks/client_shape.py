@@ -92,7 +92,7 @@ def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, A
 
 
 def _config(workdir: Path, *, env_url: str, model_url: str, model: str, split_file: Path, concurrency: int,
-            tasks: int, repeats: int, transport: str) -> Path:
+            tasks: int, repeats: int, transport: str, start_spacing: float | None = None) -> Path:
     mapping: dict[str, Any] = {
         "experiment": {"name": "client-shape", "output_dir": str(workdir / "runs"), "seed": 20261201,
                        "concurrency": concurrency, "max_episode_retries": 0},
@@ -102,6 +102,8 @@ def _config(workdir: Path, *, env_url: str, model_url: str, model: str, split_fi
         "model": {"name": model, "base_url": model_url, "api_key_env": None, "checkpoint_id": "bench",
                   "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency)},
     }
+    if start_spacing is not None:
+        mapping["experiment"]["start_spacing_seconds"] = start_spacing
     if transport != "default":
         mapping["environment"]["http_transport"] = transport
         mapping["model"]["http_transport"] = transport
@@ -110,7 +112,7 @@ def _config(workdir: Path, *, env_url: str, model_url: str, model: str, split_fi
     return path
 
 
-def _trace_stats(run_root: Path) -> dict[str, Any]:
+def _trace_stats(run_root: Path, concurrency: int | None = None) -> dict[str, Any]:
     traces = list(run_root.rglob("traces.jsonl"))
     if len(traces) != 1:
         raise RuntimeError(f"expected one traces.jsonl under {run_root}, found {len(traces)}")
@@ -128,7 +130,7 @@ def _trace_stats(run_root: Path) -> dict[str, Any]:
             intervals.append((start, datetime.fromisoformat(record["ended_at"]).timestamp(), count))
     t0 = min((a for a, _, _ in intervals), default=0.0)
     return {"steps": steps, "episodes": len(intervals) + failed, "failed": failed, "errors": sorted(errors)[:3],
-            "steady_steps_per_s": steady_rate(intervals, t0)}
+            "steady_steps_per_s": steady_rate(intervals, t0, workers=concurrency)}
 
 
 def measure_shopsimrl(*, concurrency: int, tasks: int, repeats: int, transport: str, servers: dict[str, Any],
@@ -138,12 +140,12 @@ def measure_shopsimrl(*, concurrency: int, tasks: int, repeats: int, transport: 
     try:
         config = _config(workdir, env_url=servers["env_url"], model_url=servers["model_url"], model=servers["model"],
                          split_file=servers["split_file"], concurrency=concurrency, tasks=tasks, repeats=repeats,
-                         transport=transport)
+                         transport=transport, start_spacing=servers.get("start_spacing"))
         command = [*_shopsimrl(), "run", str(config), "--progress", "none", "--quiet"]
         child = _run_child(command, workdir, servers["pids"])
         if child["returncode"] not in (0, 1):
             raise RuntimeError(f"shopsimrl run exited {child['returncode']}: {child['stderr'][-2000:]}")
-        stats = _trace_stats(workdir / "runs")
+        stats = _trace_stats(workdir / "runs", concurrency)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return _row(child, stats, concurrency)
@@ -229,6 +231,7 @@ def run_benchmark(
     reference: bool,
     only: set[str] | None = None,
     run_root: Path | None = None,
+    start_spacing: float | None = None,
 ) -> dict[str, Any]:
     """Every setting (or those in *only*) × (each `shopsimrl run` variant, the reference), interleaved per repeat."""
     settings = [row for row in (QUICK_SETTINGS if quick else SETTINGS) if only is None or row[0] in only]
@@ -244,6 +247,7 @@ def run_benchmark(
             "latency_ms": LATENCY_MS,
             "transports": transports,
             "run_root": str(run_root) if run_root else tempfile.gettempdir(),
+            "start_spacing_seconds": start_spacing,  # None: the config default
             "rows": {
                 label: {"concurrency": c, "model_latency_ms": lat, "episodes": t * r}
                 for label, c, lat, t, r in settings
@@ -262,6 +266,7 @@ def run_benchmark(
                     "model": model.model,
                     "split_file": split_file,
                     "pids": [env.pid, model.pid],
+                    "start_spacing": start_spacing,
                 }
                 for label, c, lat, tasks, reps in settings:
                     if lat != latency:
@@ -387,6 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         help="where the measured runs write (default: the temp dir, on disk here); e.g. /dev/shm "
         "to see the client without the disk's fsync latency",
     )
+    parser.add_argument(
+        "--start-spacing",
+        type=float,
+        default=None,
+        help="experiment.start_spacing_seconds of the measured runs (default: the config default; 0: every "
+        "worker starts at once)",
+    )
     parser.add_argument("--only", default=None, help="comma list of rows: " + ",".join(row[0] for row in SETTINGS))
     parser.add_argument(
         "--out", type=Path, default=None, help=f"JSON output (default {RESULTS}; with --quick a temporary directory)"
@@ -409,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         reference=not args.no_reference,
         only=only,
         run_root=args.run_root,
+        start_spacing=args.start_spacing,
     )
     doc["duration_s"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -179,6 +179,20 @@ class ShopSimulatorClient:
         """A new lease scope for one episode (no request is sent until ``reset``)."""
         return EnvironmentSession(self)
 
+    async def release_one(self, env_idx: int, lease_id: str) -> None:
+        """Send ``release_one`` for a lease; a 409 (already released or invalidated) is logged and ignored.
+
+        Not shielded from cancellation: a caller that must finish the release anyway runs it in a
+        task of its own (``EnvironmentSession.close``, the lease journal's release).
+
+        Raises:
+            ShopSimulatorError: the release failed otherwise.
+        """
+        try:
+            await self._post({"action": "release_one", "env_idx": env_idx, "lease_id": lease_id}, env_idx=env_idx)
+        except LeaseError as exc:
+            logger.warning("release_one of environment %s ignored: %s", env_idx, exc)
+
     async def health(self) -> dict[str, Any]:
         """``GET /healthz`` and return its JSON object.
 
@@ -391,16 +405,13 @@ class EnvironmentSession:
         Raises:
             ShopSimulatorError: the release failed otherwise (the caller records it as a cleanup error).
         """
-        if self.lease_id is None:
+        if self.lease_id is None or self.env_idx is None:
             return
-        payload = self._lease_payload("release_one")
-        env_idx = self.env_idx
+        env_idx, lease_id = self.env_idx, self.lease_id
         self.env_idx = self.lease_id = None
-        release = asyncio.ensure_future(self.client._post(payload, env_idx=env_idx))
+        release = asyncio.ensure_future(self.client.release_one(env_idx, lease_id))
         try:
             await asyncio.shield(release)
-        except LeaseError as exc:
-            logger.warning("release_one of environment %s ignored: %s", env_idx, exc)
         except asyncio.CancelledError:
             # cancelled while releasing: let the release finish (bounded), then propagate
             await asyncio.wait([release], timeout=self.client.timeout)

@@ -85,6 +85,11 @@ class ExperimentConfig(_Section):
     """Experiment seed: task sampling and episode seeds derive from it."""
     concurrency: int = Field(default=1, ge=1)
     """Episodes in flight at once. Execution setting: not fingerprinted."""
+    start_spacing_seconds: float = Field(default=0.002, ge=0, le=60)
+    """Additive: the workers of a wave start this far apart (256 in flight: over 0.5 s), not all at once.
+
+    Execution setting. 0 starts every worker at once.
+    """
     resume: bool = True
     """true: continue an existing run directory of the same plan; false: refuse a non-empty one."""
     max_episode_retries: int = Field(default=2, ge=0)

@@ -444,7 +444,9 @@ async def _execute(
                 if not pending:
                     break
                 tracker.start_wave(len(pending))
-                await _run_wave(pending, attempt, config.experiment.concurrency)
+                await _run_wave(
+                    pending, attempt, config.experiment.concurrency, config.experiment.start_spacing_seconds
+                )
     finally:
         gate.cancel()
         await env.drain(timeout=_CLOSE_GRACE_S)
@@ -466,15 +468,24 @@ async def _warn_no_free_slot(env: Any, tracker: ProgressTracker, config: EvalCon
 
 
 async def _run_wave(
-    pending: list[EpisodeJob], attempt: Callable[[EpisodeJob], Awaitable[None]], concurrency: int
+    pending: list[EpisodeJob],
+    attempt: Callable[[EpisodeJob], Awaitable[None]],
+    concurrency: int,
+    start_spacing_seconds: float = 0.0,
 ) -> None:
     queue = iter(pending)
+    count = min(concurrency, len(pending))
 
-    async def worker() -> None:
+    async def worker(number: int) -> None:
+        # Worker k starts k spacings late. Episodes that start together stay in step (they take
+        # about as many model turns), so every reset, release and trace append of a wave would
+        # otherwise fall on the same instants and queue behind each other on the one event loop.
+        if start_spacing_seconds > 0 and number:
+            await asyncio.sleep(start_spacing_seconds * number)
         for job in queue:
             await attempt(job)
 
-    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(pending)))]
+    workers = [asyncio.create_task(worker(number)) for number in range(count)]
     try:
         await asyncio.gather(*workers)
     except BaseException:

@@ -75,7 +75,8 @@ def test_config_errors_exit_2_one_line_each(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"shopsimrl: error[config-invalid]: {config}: experiment.concurency: unknown key (got 3); "
-        "did you mean 'concurrency'? valid keys: name, output_dir, dotenv, seed, concurrency, resume, "
+        "did you mean 'concurrency'? valid keys: name, output_dir, dotenv, seed, concurrency, start_spacing_seconds, "
+        "resume, "
         "max_episode_retries, max_attempts, max_total_attempts, test_access_ledger, max_planned_episodes, "
         "outage_budget_seconds"
     ]

@@ -92,6 +92,28 @@ def test_concurrency_is_bounded(tmp_path: Path) -> None:
     assert fake.max_in_flight == 3 and len(fake.calls) == 20
 
 
+def test_workers_start_spaced_then_keep_every_slot_busy(tmp_path: Path) -> None:
+    def timed(fake: FakeEpisodes, seen: list[tuple[float, int]]):
+        async def episode(job, **kwargs):
+            seen.append((asyncio.get_running_loop().time(), fake.in_flight))
+            return await fake(job, **kwargs)
+
+        return episode
+
+    for spacing in (0.05, 0.0):
+        fake, seen = FakeEpisodes(delay=0.3), []
+        folder = tmp_path / f"spacing-{spacing}"
+        folder.mkdir()
+        config = _config(folder, experiment={"concurrency": 4, "start_spacing_seconds": spacing}, tasks={"repeats": 2})
+        result = run_evaluation(config, episode_fn=timed(fake, seen))
+        assert result.counts["completed"] == 10 and fake.max_in_flight == 4
+        # the first four start before any episode ends, worker k no sooner than k spacings after
+        # the first (a sleep never ends early)
+        assert [in_flight for _, in_flight in seen[:4]] == [0, 1, 2, 3]
+        offsets = [at - seen[0][0] for at, _ in seen[:4]]
+        assert all(offset >= spacing * k - 1e-3 for k, offset in enumerate(offsets)), offsets
+
+
 def test_resume_rules(tmp_path: Path) -> None:
     run_evaluation(_config(tmp_path), episode_fn=FakeEpisodes())
     fake = FakeEpisodes()
