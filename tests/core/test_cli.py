@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from testkit.core_runkit import PERSONA_SPLITS, record, small_splits, write_config
 
 from shopsimrl_core import RunStore
@@ -147,6 +149,31 @@ def test_retry_failed_verb_parses_as_only_failed_run() -> None:
     args = build_parser().parse_args(["retry-failed", "x.yaml"])
     assert args.only_failed is True and args.resume is True and args.handler.__name__ == "_cmd_run"
     assert build_parser().parse_args(["run", "x.yaml"]).only_failed is False
+
+
+@pytest.mark.parametrize("exported", [None, "3"])
+def test_the_cli_loads_blas_with_one_thread_unless_told_otherwise(tmp_path: Path, exported: str | None) -> None:
+    # numpy's OpenBLAS would start a spinning worker per core (0.15 s CPU per process); no verb does
+    # linear algebra, so the CLI asks for one thread before numpy loads, and an exported value wins.
+    probe = (
+        "import os, sys\n"
+        "from shopsimrl_core.cli._main import main\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules, flush=True)\n"
+        "try:\n"
+        "    main(['plan', sys.argv[1]])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if exported is not None:
+        env["OPENBLAS_NUM_THREADS"] = exported
+    config = REPO / "configs" / "examples" / "sandbox-val.yaml"
+    done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"{exported} False" and lines[-1] == (exported or "1")
 
 
 def test_run_tunes_the_collector_of_its_own_process_only(tmp_path: Path) -> None:
