@@ -595,6 +595,15 @@ def test_non_finite_settings_are_written_as_the_stdlib_writes_them():
         '"\x01"',
         '{"dup": 1, "dup": 2}',
         "[-0, -0.0, 1e-400, 0.1e1]",
+        # escaped text (what Python servers write by default) is read by orjson first: the same values
+        '{"t": "\\u9875\\u9762", "big": 123456789012345678901234567890, "neg": -9223372036854775809}',
+        '["\\u4e2d", 18446744073709551615, 9223372036854775807, 1e19, -1.5e19, 9.2e18, 0.1, -0.0]',
+        '{"\\u4e2d": 1, "\\u4e2d": 2, "nested": [[{"x": "\\u00e9\\n"}]]}',
+        '{"t": "\\u4e2d", "r": NaN}',
+        '{"t": "\\u4e2d", "r": 1e400}',
+        '{"t": "\\ud83d\\ude00 \\ud800"}',
+        '\ufeff{"t": "\\u4e2d"}',
+        '{"t": "\\u4e2d"',
     ],
 )
 def test_loads_gives_the_stdlib_values_and_errors(text):
