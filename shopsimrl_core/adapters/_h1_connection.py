@@ -203,7 +203,10 @@ class Connection(asyncio.Protocol):
         self._done = self.loop.create_future()
         transport = self.transport
         if body is None or len(body) <= _ONE_WRITE:
-            transport.write(head + body if body else head)
+            if body:
+                transport.writelines((head, body))  # one writev on uvloop: the body is not copied behind the head
+            else:
+                transport.write(head)
             if self._paused_writing:
                 await self._drained(write_timeout)
         else:
