@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import msgspec
@@ -47,27 +47,10 @@ _ESCAPE = b"\\u"
 _LOST_INTEGER = float(2**63)
 
 
-def _may_hold_a_lost_integer(value: Any) -> bool:
-    # True when a float of integer-literal size is anywhere (a genuine float that large merely
-    # takes msgspec's path); iterative, strings skipped where they are met
-    kind = type(value)
-    if kind is float:
-        return not -_LOST_INTEGER < value < _LOST_INTEGER
-    if kind is not dict and kind is not list:
-        return False
-    stack = [value]
-    pop, push = stack.pop, stack.append
-    while stack:
-        item = pop()
-        for child in item.values() if type(item) is dict else item:
-            kind = type(child)
-            if kind is str:
-                continue
-            if kind is dict or kind is list:
-                push(child)
-            elif kind is float and not -_LOST_INTEGER < child < _LOST_INTEGER:
-                return True
-    return False
+def _lost_integer(number: float) -> bool:
+    # orjson's float for an integer literal beyond 64 bits; a genuine float this large merely
+    # takes msgspec's path
+    return not -_LOST_INTEGER < number < _LOST_INTEGER
 
 
 def fast_loads(data: bytes | str) -> Any:
@@ -78,7 +61,7 @@ def fast_loads(data: bytes | str) -> Any:
         except orjson.JSONDecodeError:
             pass  # msgspec or the stdlib decide, with their own errors
         else:
-            if not _may_hold_a_lost_integer(value):
+            if not _holds_float(value, _lost_integer):
                 return value
     try:
         return _decode(data)
@@ -160,13 +143,23 @@ def dumps_strict(value: Any) -> bytes:
 
 def has_non_finite(value: Any) -> bool:
     """True when *value* (JSON-like data: dicts, lists, tuples) holds a NaN or infinite float anywhere."""
+    return _holds_float(value, _not_finite)
+
+
+def _not_finite(number: float) -> bool:
+    return not _isfinite(number)
+
+
+def _holds_float(value: Any, wanted: Callable[[float], bool]) -> bool:
+    # True when a float for which *wanted* is true is anywhere in *value*. Iterative (trace records
+    # are deep and large); strings, the bulk of a record, are skipped where they are met instead of
+    # being pushed and popped. Only exact floats: orjson refuses float subclasses, so the stdlib
+    # decides about those.
     kind = type(value)
     if kind is float:
-        return not _isfinite(value)
+        return wanted(value)
     if kind is not dict and kind is not list and kind is not tuple:
         return False
-    # iterative (trace records are deep and large); strings, the bulk of a record, are skipped
-    # where they are met instead of being pushed and popped
     stack = [value]
     pop, push = stack.pop, stack.append
     while stack:
@@ -177,7 +170,7 @@ def has_non_finite(value: Any) -> bool:
                 continue
             if kind is dict or kind is list or kind is tuple:
                 push(child)
-            elif kind is float and not _isfinite(child):  # orjson refuses float subclasses: the stdlib decides
+            elif kind is float and wanted(child):
                 return True
     return False
 

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-__all__ = ["request_fsync", "wait_durable"]
+__all__ = ["append_whole", "request_fsync", "wait_durable"]
 
 _log = logging.getLogger(__name__)
 
@@ -104,6 +104,29 @@ class _GroupSync:
 
 _GROUP = _GroupSync()
 os.register_at_fork(after_in_child=_GROUP.reset_after_fork)
+
+
+def append_whole(fd: int, data: bytes, path: str) -> int:
+    """Write *data* at the end of the file *fd*, whole or not at all; return the offset it starts at.
+
+    ``os.write`` in a loop, not a buffered handle, so no buffered rest can be flushed later. When a
+    write fails (ENOSPC, EFBIG) the file is cut back to where it was, so it never holds a torn line,
+    and the ``OSError`` is raised with *path* as its file name.
+    """
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass  # the original error is what the caller must see
+        if exc.filename is None:
+            exc.filename = path
+        raise
+    return start
 
 
 def request_fsync(fd: int, path: str) -> None:

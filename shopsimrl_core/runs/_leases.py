@@ -33,7 +33,7 @@ import orjson
 
 from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core._hashing import write_bytes_atomic as _write_bytes_atomic
-from shopsimrl_core.runs._durability import request_fsync
+from shopsimrl_core.runs._durability import append_whole, request_fsync
 
 __all__ = ["LeaseJournal", "JournaledEnvironment", "JournaledSession", "JOURNAL_NAME"]
 
@@ -94,19 +94,10 @@ class LeaseJournal:
         fd = self._fd if self._fd is not None else self._open()
         if self._torn:
             line = b"\n" + line  # end the torn line left by a killed writer
-        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as exc:
-            try:
-                os.ftruncate(fd, start)  # disk full / file too large: never leave half a line behind
-            except OSError:
-                pass  # the original error is what the caller must see
+            append_whole(fd, line, str(self.path))  # disk full / file too large: never half a line
+        except OSError:
             self.close()  # the next line checks the tail afresh
-            if exc.filename is None:
-                exc.filename = str(self.path)
             raise
         self._torn = False
         # The line is in the page cache now, so a killed process keeps it; the fsync (against a

@@ -33,7 +33,7 @@ from shopsimrl_core._hashing import fingerprint, write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
 from shopsimrl_core.adapters._json import dumps_line, loads
 from shopsimrl_core.episode._trace import is_complete, utc_now
-from shopsimrl_core.runs._durability import request_fsync
+from shopsimrl_core.runs._durability import append_whole, request_fsync
 from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
 from shopsimrl_core.runs._trace_index import TraceIndex
 
@@ -403,23 +403,11 @@ class RunStore:
         with self._append_lock:
             handle = self._open_for_append()
             fd = handle.fileno()
-            offset = os.lseek(fd, 0, os.SEEK_END)
             try:
-                # os.write, not the buffered handle: on failure no buffered rest can be re-flushed later
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-            except OSError as exc:
-                # ENOSPC / EFBIG mid-line: cut the partial line off again, so the file never holds a torn line
+                offset = append_whole(fd, line, str(self.traces_path))  # ENOSPC / EFBIG: no torn line left
+            except OSError:
                 self._handle = None
-                try:
-                    os.ftruncate(fd, offset)
-                except OSError:
-                    pass  # the original error is what the caller must see
-                finally:
-                    handle.close()
-                if exc.filename is None:
-                    exc.filename = str(self.traces_path)
+                handle.close()
                 raise
             # The line is in the page cache (a killed process keeps it); the fsync against a machine
             # crash is a group commit on a worker thread, so the event loop never waits for the disk.
