@@ -158,7 +158,7 @@ def validate_completion(body: Any, offered: list[str]) -> ModelOutput:
         if not isinstance(raw_arguments, str):
             return fail("invalid_arguments_type", "tool call arguments must be a JSON string")
         try:
-            # msgspec; the stdlib's message when it is not JSON; NaN/Infinity refused (a trace line cannot hold them)
+            # the stdlib's message when it is not JSON; NaN/Infinity refused (a trace line cannot hold them)
             arguments = loads_finite(raw_arguments)
         except json.JSONDecodeError as exc:
             return fail("invalid_arguments_json", f"tool call arguments are not valid JSON: {exc}")

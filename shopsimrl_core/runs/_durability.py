@@ -1,5 +1,7 @@
 """Group commit for append-only run files: fsync on one worker thread, off the event loop.
 
+:func:`append_whole` writes one line whole or not at all; :func:`request_fsync` makes it durable.
+
 The run appends one trace line and one lease-journal line per episode. Writing each line with
 ``os.write`` puts it in the OS page cache at once, so a killed process (SIGKILL, crash of Python)
 loses nothing that was written, and no torn line is left. Only a machine crash needs the ``fsync``,
