@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,8 @@ _TIMING_WORDS = ("time", "started", "finished", "duration", "elapsed", "latency"
 # and the byte offsets and line numbers that widths and finishing order shift.
 _PROVENANCE_KEYS = {"invocation_id", "pid", "host", "lease_id", "env_idx", "at", "created", "offset", "length",
                     "line"}
+# The sandbox's session key ("idx": "slot-<env_idx>-<task>") carries the slot index too.
+_SLOT_IN_SESSION_KEY = re.compile(r"^slot-\d+-")
 
 
 def _write_settings(folder: Path, sandbox: Any, executor: str) -> Path:
@@ -186,7 +189,9 @@ def team(tmp_path_factory: pytest.TempPathFactory, postgres: Any, redis_url: str
 def _masked(value: Any, roots: tuple[str, ...]) -> Any:
     if isinstance(value, dict):
         return {k: ("<masked>" if k in _PROVENANCE_KEYS or k.lower().endswith(_TIMING_SUFFIXES)
-                             or any(w in k.lower() for w in _TIMING_WORDS) else _masked(v, roots))
+                             or any(w in k.lower() for w in _TIMING_WORDS)
+                    else _SLOT_IN_SESSION_KEY.sub("slot-<masked>-", v) if k == "idx" and isinstance(v, str)
+                    else _masked(v, roots))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_masked(v, roots) for v in value]
