@@ -145,12 +145,12 @@ class H1Engine(_Engine):
         idle = self._idle.get(origin.key)
         if not idle:
             return None
-        now = asyncio.get_running_loop().time()
         while idle:
             conn = idle.pop()
             if conn.closed:
                 continue
-            if self._expired(conn, now):
+            # the connection's own loop: asyncio.get_running_loop() makes a getpid() syscall on 3.11
+            if self._expired(conn, conn.loop.time()):
                 conn.close()
                 continue
             return conn
@@ -164,7 +164,7 @@ class H1Engine(_Engine):
         if self._closed or not conn.reusable():
             conn.close()
             return
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         conn.idle_since = loop.time()
         self._idle.setdefault(origin.key, []).append(conn)
         if self._sweep is None:

@@ -55,7 +55,9 @@ def _lost_integer(number: float) -> bool:
 
 def fast_loads(data: bytes | str) -> Any:
     """The value msgspec (or orjson) decodes from *data* when the stdlib decodes the same, else :data:`UNDECODED`."""
-    if type(data) is bytes and _ESCAPE in data:  # escaped text: orjson, unless it lost an integer
+    # escaped text: orjson, unless it lost an integer. (find, not ``in``: ``bytes.__contains__`` first
+    # tries the operand as an integer and builds and clears a TypeError, ~2,000 instructions a call.)
+    if type(data) is bytes and data.find(_ESCAPE) >= 0:
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from shopsimrl_core._clock import round_ms
 from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
 from shopsimrl_core.adapters._conversation import Conversation
@@ -352,7 +353,7 @@ class ChatModelClient:
                     output = await self._attempt_stream(client, content, headers, offered)
                 else:
                     output = await self._attempt_plain(client, content, headers, offered)
-                output.latency_ms = round((time.perf_counter() - started) * 1000.0, 3)
+                output.latency_ms = round_ms((time.perf_counter() - started) * 1000.0)
                 output.attempts = attempt + 1
                 return output
             except _Retryable as exc:

@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from shopsimrl_core._clock import round_ms
 from shopsimrl_core.adapters._http import TransportError
 from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError, _Retryable, backoff_delay
 from shopsimrl_core.adapters._sse import StreamFailure
@@ -341,7 +342,7 @@ class ReplicatedChatModelClient(ChatModelClient):
             finally:
                 replicas.release(replica, ok=ok)
             if ok:
-                output.latency_ms = round((time.perf_counter() - started) * 1000.0, 3)
+                output.latency_ms = round_ms((time.perf_counter() - started) * 1000.0)
                 output.attempts = attempt + 1
                 output.metadata = {**output.metadata, "replica": replica.base_url}
                 return output

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shopsimrl_core._clock import round_ms
 from shopsimrl_core.adapters._conversation import Conversation
 from shopsimrl_core.adapters._environment import ShopSimulatorClient, sanitize_payload
 from shopsimrl_core.adapters._validation import ModelOutput
@@ -115,7 +116,7 @@ def _assistant_message(output: ModelOutput, tool_call_content: str = "null") -> 
 
 
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
+    return round_ms(seconds * 1000.0)
 
 
 def _valid_actions(state: Any) -> list[str]:
@@ -353,9 +354,9 @@ def _finish_step(
 ) -> None:
     """Add the additive per-step keys and accumulate the episode totals."""
     wall = _ms(time.perf_counter() - step_started)
-    harness_ms = round(max(wall - model_ms - env_ms, 0.0), 3)
+    harness_ms = round_ms(max(wall - model_ms - env_ms, 0.0))
     step["request_seed"] = request_seed
     step["timing"] = {"model_ms": model_ms, "env_ms": env_ms, "harness_ms": harness_ms}
-    totals["model_ms"] = round(totals["model_ms"] + model_ms, 3)
-    totals["env_ms"] = round(totals["env_ms"] + env_ms, 3)
-    totals["harness_ms"] = round(totals["harness_ms"] + harness_ms, 3)
+    totals["model_ms"] = round_ms(totals["model_ms"] + model_ms)
+    totals["env_ms"] = round_ms(totals["env_ms"] + env_ms)
+    totals["harness_ms"] = round_ms(totals["harness_ms"] + harness_ms)

@@ -8,9 +8,9 @@ harness_ms}``, ``steps[].request_seed`` (§22.10) and a top-level ``timing`` blo
 from __future__ import annotations
 
 import traceback as _traceback
-from datetime import UTC, datetime
 from typing import Any
 
+from shopsimrl_core._clock import utc_now
 from shopsimrl_core._errors import TraceFormatError
 from shopsimrl_core._versions import TRACE_SCHEMA
 
@@ -54,11 +54,6 @@ _MODEL_KEYS = (
     "policy_failure",
     "raw_response",
 )
-
-
-def utc_now() -> str:
-    """Current UTC time as ISO-8601 with offset, e.g. ``2026-10-02T08:15:03.120000+00:00``."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def new_trace(

@@ -7,7 +7,10 @@ The run appends one trace line and one lease-journal line per episode. Writing e
 loses nothing that was written, and no torn line is left. Only a machine crash needs the ``fsync``,
 which costs 1.5–4 ms and, done on the event loop, stalls every episode in flight. So writers call
 :func:`request_fsync` right after their write and go on; one daemon thread fsyncs every file with
-pending writes, and requests that arrive while it works are coalesced into its next round.
+pending writes. A round starts :data:`COMMIT_WINDOW_SECONDS` after the first request it serves, so
+the lines written meanwhile share its fsync: each fsync also costs ~0.1 ms of the process's CPU,
+and one per line was ~6 % of a fast run's CPU (docs/benchmarks.md). A power cut can so lose the
+lines of that window more; resume re-runs them.
 
 :func:`wait_durable` blocks until every write requested before the call is fsynced; the evaluator
 calls it before it releases the run lock (normal end, error, SIGINT/SIGTERM), and an ``atexit``
@@ -26,6 +29,9 @@ __all__ = ["append_whole", "request_fsync", "wait_durable"]
 
 _log = logging.getLogger(__name__)
 
+COMMIT_WINDOW_SECONDS = 0.05
+"""How long a round waits for more writes before it fsyncs (unless someone waits for durability)."""
+
 
 class _GroupSync:
     """One worker thread that fsyncs the files with pending writes, round after round."""
@@ -41,6 +47,8 @@ class _GroupSync:
         self._requested = 0  # number of requests so far
         self._done = 0  # every request up to this number is fsynced (or failed and was logged)
         self._thread: threading.Thread | None = None
+        self._idle = False  # the worker waits for a first request (only then is it woken)
+        self._urgent = False  # someone waits for durability: the round starts without its window
 
     def request(self, fd: int, path: str) -> None:
         stat = os.fstat(fd)
@@ -57,13 +65,19 @@ class _GroupSync:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="shopsimrl-fsync", daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            elif self._idle:
+                self._cond.notify_all()  # a worker inside its window is not woken: the request waits for it
 
     def _work(self) -> None:
         while True:
             with self._cond:
                 while not self._pending:
+                    self._idle = True
                     self._cond.wait()
+                self._idle = False
+                # the window: writes of the next few milliseconds share this round's fsync
+                self._cond.wait_for(lambda: self._urgent, COMMIT_WINDOW_SECONDS)
+                self._urgent = False
                 batch, self._pending = self._pending, {}
                 upto = self._requested
             for fd, path in batch.values():
@@ -85,6 +99,9 @@ class _GroupSync:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._requested
+            if self._done < target:
+                self._urgent = True  # no window for a round somebody waits for
+                self._cond.notify_all()
             while self._done < target:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:

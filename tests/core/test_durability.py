@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,22 @@ def test_concurrent_requests_are_coalesced(tmp_path: Path, fsync_spy) -> None:
     gate.set()
     assert _durability.wait_durable(10) is True
     assert len(calls) == 2  # the first round, then one round for the five lines written meanwhile
+    assert len((tmp_path / "run" / "traces.jsonl").read_bytes().splitlines()) == 6
+
+
+def test_lines_of_one_window_share_an_fsync_and_a_waiter_cuts_the_window_short(
+    tmp_path: Path, fsync_spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls, _, _ = fsync_spy
+    monkeypatch.setattr(_durability, "COMMIT_WINDOW_SECONDS", 60.0)
+    store = RunStore(tmp_path / "run")
+    for i in range(6):
+        store.append({"episode_id": f"e{i}"})
+    time.sleep(0.2)
+    assert calls == []  # the round waits out its window for more lines
+    # somebody waiting for durability does not wait for the window (60 s here)
+    assert _durability.wait_durable(10) is True
+    assert calls == ["shopsimrl-fsync"]  # six lines, one fsync
     assert len((tmp_path / "run" / "traces.jsonl").read_bytes().splitlines()) == 6
 
 
