@@ -75,7 +75,7 @@ class _GroupSync:
                     self._idle = True
                     self._cond.wait()
                 self._idle = False
-                # the window: writes of the next few milliseconds share this round's fsync
+                # the window: the writes of the next COMMIT_WINDOW_SECONDS share this round's fsync
                 self._cond.wait_for(lambda: self._urgent, COMMIT_WINDOW_SECONDS)
                 self._urgent = False
                 batch, self._pending = self._pending, {}
