@@ -153,9 +153,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         only_failed=args.only_failed,
         probe_seed=args.probe_seed,
     )
-    _fast_event_loop()
-    _lean_collector()
-    result = run_evaluation(config, options)
+    result = run_evaluation(config, options)  # on uvloop, with a tuned collector (runs/_loop.py)
     counts = result.counts
     reward = result.summary["primary"]["reward_mean"]
     sys.stdout.write(
@@ -166,37 +164,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _fast_event_loop() -> None:
-    # uvloop halves the event loop's own CPU per request (docs/benchmarks.md); the plain asyncio
-    # loop stays where uvloop is not installed. Only this CLI process is affected.
-    try:
-        import uvloop
-    except ImportError:
-        return
-    import asyncio
-
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def _single_blas_thread() -> None:
     # numpy (the bootstrap's generator) loads OpenBLAS, which starts a worker thread per core that
     # spins while waiting for work: 0.15 s of CPU per process for nothing, since no verb does linear
     # algebra (importing numpy and one bootstrap: 0.28 s CPU, 0.14 s with one thread). Set before
     # numpy is imported; a value the user exported wins. Only this CLI process.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
-def _lean_collector() -> None:
-    # A run decodes a few containers per JSON value and frees nearly all of them by reference
-    # counting, yet at the default threshold (700 net allocations) the cyclic collector ran ~50
-    # times a second and its full passes, traversing every module, schema and config object, held
-    # the event loop for up to 96 ms at 256 in flight (GC was ~10 % of the client's CPU;
-    # docs/benchmarks.md). Start-up objects live as long as the process: freeze them out of the
-    # collector's reach, and collect young objects every 20,000 allocations. Only this CLI process.
-    import gc
-
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
 
 
 def _notices_only(event: Any) -> None:

@@ -505,5 +505,11 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
     lock freed) and re-raise ``KeyboardInterrupt`` (SIGINT) or :class:`RunTerminated` (SIGTERM, a
     ``KeyboardInterrupt`` subclass). A shutdown that takes longer than 4 s ends the process with
     130/143 at once; leases it still held are in ``leases.jsonl`` and released at the next start.
+
+    The run has its own event loop (uvloop when installed) and a garbage collector tuned for it,
+    both for this call only (:mod:`shopsimrl_core.runs._loop`): ``shopsimrl run`` and the Dagster
+    rollout asset get the same client.
     """
-    return asyncio.run(_with_signals(arun_evaluation(config, options, **kwargs)))
+    from shopsimrl_core.runs._loop import run_coroutine
+
+    return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))

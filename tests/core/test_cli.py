@@ -176,23 +176,23 @@ def test_the_cli_loads_blas_with_one_thread_unless_told_otherwise(tmp_path: Path
     assert lines[0] == f"{exported} False" and lines[-1] == (exported or "1")
 
 
-def test_run_tunes_the_collector_of_its_own_process_only(tmp_path: Path) -> None:
-    # `shopsimrl run` freezes its start-up objects and raises the young-generation threshold just
-    # before the run starts (docs/runtime.md); a library caller of run_evaluation keeps its own GC.
+def test_run_executes_on_uvloop_with_the_tuned_collector(tmp_path: Path) -> None:
+    # `shopsimrl run` goes through run_evaluation, which runs the evaluation on its own uvloop loop
+    # with a tuned collector (runs/_loop.py, docs/runtime.md); before it, the process is untouched.
     probe = (
-        "import gc, sys\n"
+        "import asyncio, gc, os, sys\n"
         "import shopsimrl_core.runs._evaluator as evaluator\n"
-        "def fake(config, options):\n"
-        "    print(gc.get_threshold(), gc.get_freeze_count() > 0, flush=True)\n"
-        "    raise SystemExit(0)\n"
-        "evaluator.run_evaluation = fake\n"
-        "before = gc.get_threshold()\n"
+        "async def fake(config, options=None, **kwargs):\n"
+        "    loop = type(asyncio.get_running_loop()).__module__.split('.')[0]\n"
+        "    print(loop, gc.get_threshold(), gc.get_freeze_count() > 0, flush=True)\n"
+        "    os._exit(0)\n"
+        "evaluator.arun_evaluation = fake\n"
         "from shopsimrl_core.cli._main import main\n"
-        "print(before, gc.get_freeze_count() > 0, flush=True)\n"
+        "print(gc.get_threshold(), gc.get_freeze_count() > 0, flush=True)\n"
         "main(['run', sys.argv[1], '--progress', 'none'])\n"
     )
     config = REPO / "configs" / "examples" / "sandbox-val.yaml"
     done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == ["(700, 10, 10) False", "(20000, 20, 20) True"]
+    assert done.stdout.splitlines() == ["(700, 10, 10) False", "uvloop (20000, 20, 20) True"]
