@@ -43,16 +43,21 @@ def run_collector() -> Iterator[None]:
     that exist when the run starts are frozen out of its reach (``gc.freeze``) and young objects are
     collected every :data:`YOUNG_THRESHOLD` allocations. On exit the thresholds are put back and the
     frozen objects handed back to the collector (``gc.unfreeze``), so a long-lived caller (a
-    notebook, a Dagster worker running several steps) keeps collecting its own garbage.
+    notebook, a Dagster worker running several steps) keeps collecting its own garbage. A caller
+    that froze objects itself (a pre-forking server) keeps its freeze: nothing is frozen or
+    unfrozen then, since ``gc.unfreeze`` cannot tell its objects from ours.
     """
     thresholds = gc.get_threshold()
-    gc.freeze()
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, 20, 20)
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -58,6 +58,18 @@ def test_run_collector_nests_inside_a_caller_that_tuned_its_own() -> None:
         gc.set_threshold(*before)
 
 
+def test_a_callers_own_freeze_is_left_as_it_was() -> None:
+    gc.freeze()  # e.g. a pre-forking server froze its start-up objects
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with run_collector():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen  # not unfrozen: those objects are the caller's
+    finally:
+        gc.unfreeze()
+
+
 def test_the_loop_factory_is_uvloops_when_installed() -> None:
     uvloop = pytest.importorskip("uvloop")
     assert _loop._loop_factory() is uvloop.new_event_loop
