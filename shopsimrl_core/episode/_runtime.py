@@ -13,7 +13,6 @@ wall time minus model and environment time) and ``request_seed`` (the seed actua
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 from shopsimrl_core._clock import round_ms
 from shopsimrl_core.adapters._conversation import Conversation
 from shopsimrl_core.adapters._environment import ShopSimulatorClient, sanitize_payload
+from shopsimrl_core.adapters._json import copy_json
 from shopsimrl_core.adapters._validation import ModelOutput
 from shopsimrl_core.episode._prompts import PromptSet, repair_feedback_text
 from shopsimrl_core.episode._skillbank import SkillProvider
@@ -172,7 +172,7 @@ async def run_episode(
             record["reset"] = reset
 
             stage = "skill_selection"
-            context = copy.deepcopy(
+            context = copy_json(  # skills are user code: they get their own copy of the reset's parts
                 {
                     "task_id": job.task_id,
                     "sample_id": job.sample_id,
@@ -300,7 +300,7 @@ async def run_episode(
                 _finish_step(step, request_seed, model_ms, env_ms, step_started, totals)
                 record["steps"].append(step)
                 if result.get("done") is True:
-                    final = copy.deepcopy(environment)
+                    final = copy_json(environment)
                     break
                 observation = result["observation"]
                 state = result["observation_state"]

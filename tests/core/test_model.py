@@ -517,7 +517,7 @@ def test_stream_assembler_requires_done_and_data():
 
 from shopsimrl_core.adapters._conversation import Conversation  # noqa: E402
 from shopsimrl_core.adapters._http import StreamReply  # noqa: E402
-from shopsimrl_core.adapters._json import dumps_line, loads, loads_finite  # noqa: E402
+from shopsimrl_core.adapters._json import copy_json, dumps_line, loads, loads_finite  # noqa: E402
 
 CLICK_TOOL = [
     {
@@ -565,6 +565,21 @@ def test_conversation_keeps_encoded_messages_and_notices_replaced_entries():
     del messages[1:]
     assert json.loads(messages.encoded()) == [{"role": "user", "content": "b"}]
     assert isinstance(messages, list) and json.dumps(messages) == json.dumps(list(messages))
+
+
+def test_copy_json_is_a_deep_copy_of_decoded_json():
+    text = '{"a": [1, 2.5, {"b": "观察", "c": null, "d": true}], "e": {"f": [[]]}, "g": 1234567890123456789012}'
+    value = json.loads(text)
+    value["t"] = (1, [2])  # not JSON: handed to copy.deepcopy
+    copied = copy_json(value)
+    assert copied == value and copied is not value
+    assert copied["a"] is not value["a"] and copied["a"][2] is not value["a"][2]
+    assert copied["e"]["f"][0] is not value["e"]["f"][0]
+    assert copied["a"][2]["b"] is value["a"][2]["b"]  # immutable scalars are shared, as deepcopy shares them
+    assert copied["t"] == (1, [2]) and copied["t"][1] is not value["t"][1]
+    copied["a"][2]["b"] = "changed"
+    copied["e"]["f"][0].append(1)
+    assert value["a"][2]["b"] == "观察" and value["e"]["f"] == [[]]  # the original is untouched
 
 
 def test_non_finite_settings_are_written_as_the_stdlib_writes_them():
