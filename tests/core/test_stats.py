@@ -47,6 +47,22 @@ def test_bootstrap_ci_is_reproducible_and_brackets_mean() -> None:
     assert bootstrap_mean_ci([], metric="reward") is None
 
 
+@pytest.mark.parametrize("n", [1, 7, 1025, 65_537])
+def test_numpy_bootstrap_does_not_depend_on_the_draw_block(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    # The block only bounds memory: drawing in many small blocks (odd sizes included) must give
+    # exactly the means of one draw of everything, so intervals published before stay bit for bit.
+    import numpy as np
+
+    from shopsimrl_core.analysis import _stats
+
+    values = np.random.default_rng(n).random(n).tolist()
+    monkeypatch.setattr(_stats, "_MAX_DRAW_BLOCK", 10**9)
+    whole = _stats._bootstrap_means(values, 300, metric_seed(20260901, "reward"), "numpy")
+    monkeypatch.setattr(_stats, "_MAX_DRAW_BLOCK", 3 * n + n // 2)  # 3 rows per block, 300 = 100 blocks
+    blocked = _stats._bootstrap_means(values, 300, metric_seed(20260901, "reward"), "numpy")
+    assert blocked == whole
+
+
 def test_wilson_interval_known_values() -> None:
     low, high = wilson_interval(0, 10)
     assert low == 0.0 and high == pytest.approx(0.27753, abs=1e-5)
