@@ -40,6 +40,7 @@ from shopsimrl_core.runs._durability import wait_durable
 from shopsimrl_core.runs._evaluation_options import EvaluationOptions, RunResult
 from shopsimrl_core.runs._jobs import EpisodeJob
 from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_test_access
+from shopsimrl_core.runs._loop import run_coroutine
 from shopsimrl_core.runs._plan import EvalPlan, build_plan
 from shopsimrl_core.runs._progress import ProgressTracker
 from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _make_clients, _make_settings, _model_probe
@@ -510,6 +511,4 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
     both for this call only (:mod:`shopsimrl_core.runs._loop`): ``shopsimrl run`` and the Dagster
     rollout asset get the same client.
     """
-    from shopsimrl_core.runs._loop import run_coroutine
-
     return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
