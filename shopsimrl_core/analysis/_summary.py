@@ -6,6 +6,12 @@ aggregation. The legacy keys keep their exact definitions (pooled ``invalid_acti
 ``counts.duplicate_completed`` / ``counts.unplanned_episodes``, ``primary.success_ci`` (Wilson),
 ``primary.reward_ci`` (bootstrap), ``reward_components_sem``, ``primary.pass_at_k`` /
 ``primary.pass_hat_k`` (repeats > 1) and ``breakdowns.category``.
+
+The intervals follow the sampling design (issue 23, docs/statistics.md): with one episode per task
+they are the episode-level ones above, bit for bit; when a task has several episodes they resample
+tasks (``_design``: a task-cluster bootstrap for reward, Wilson at the design-effect sample size for
+success) and ``primary.sampling_design`` says so. Category rows carry their own intervals, ``tasks``
+and a ``small_n`` flag.
 """
 
 from __future__ import annotations
@@ -203,15 +209,31 @@ def _summary_from_frame(
         counts["unplanned_episodes"] = unplanned
 
     primary: dict[str, Any] = {"reward_mean": reward_mean, "reward_sem": reward_sem, "success_rate": success_rate}
-    if success.len() > 0 and success.is_in([0.0, 1.0]).all():
-        from shopsimrl_core.analysis._stats import wilson_interval
+    clustered = _has_repeats(done)
+    binary_success = success.len() > 0 and success.is_in([0.0, 1.0]).all()
+    if not clustered:
+        # One episode per task: today's intervals, bit for bit (episodes are the sampling unit).
+        if binary_success:
+            from shopsimrl_core.analysis._stats import wilson_interval
 
-        primary["success_ci"] = _ci_dict(
-            wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95, n=success.len()
-        )
-    if scored.len() >= 2:
-        primary["reward_ci"] = _reward_ci(scored, reward_mean, reward_sem)
-    _add_pass_at_k(primary, done)
+            primary["success_ci"] = _ci_dict(
+                wilson_interval(int(success.sum()), success.len()),
+                method="wilson",
+                confidence_level=0.95,
+                n=success.len(),
+            )
+        if scored.len() >= 2:
+            primary["reward_ci"] = _reward_ci(scored, reward_mean, reward_sem)
+        _add_pass_at_k(primary, done)
+    else:
+        reward_clusters = _task_clusters(done, "reward")
+        success_clusters = _task_clusters(done, "r_success")
+        if binary_success:
+            primary["success_ci"] = _clustered_success_ci(success_clusters)
+        if scored.len() >= 2:
+            primary["reward_ci"] = _clustered_reward_ci(reward_clusters, "reward")
+        _add_pass_at_k(primary, done)
+        primary["sampling_design"] = _sampling_design(reward_clusters, success_clusters, binary_success)
 
     reward_components = {key: _mean(done, f"c::{key}") for key in component_keys}
     reward_components = {key: value for key, value in reward_components.items() if value is not None}
@@ -264,7 +286,7 @@ def _summary_from_frame(
         component_sem[key] = _stdev(values) / math.sqrt(values.len()) if values.len() >= 2 else None
     if component_sem:
         summary["reward_components_sem"] = component_sem
-    breakdowns = _category_breakdown(done)
+    breakdowns = _category_breakdown(done, clustered)
     if breakdowns:
         summary["breakdowns"] = {"category": breakdowns}
     return summary
@@ -317,7 +339,76 @@ def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
     }
 
 
-def _category_breakdown(done: Any) -> dict[str, Any]:
+def _has_repeats(done: Any) -> bool:
+    """True when some task has more than one completed episode: tasks, not episodes, are then the unit."""
+    ids = done.get_column("task_id").drop_nulls()
+    return bool(ids.len() > ids.n_unique())
+
+
+def _task_clusters(frame: Any, column: str) -> Any:
+    """Per-task totals of *column* over the rows that have it; an episode without a task is its own task."""
+    import polars as pl
+
+    from shopsimrl_core.analysis._design import task_clusters
+
+    rows = frame.filter(pl.col(column).is_not_null())
+    keys = [
+        (0, task, "") if task is not None else (1, 0, eid)
+        for task, eid in zip(rows.get_column("task_id").to_list(), rows.get_column("episode_id").to_list())
+    ]
+    return task_clusters(rows.get_column(column).to_list(), keys)
+
+
+def _clustered_success_ci(clusters: Any) -> dict[str, Any] | None:
+    from shopsimrl_core.analysis._design import wilson_design_effect_interval
+
+    return wilson_design_effect_interval(clusters)
+
+
+def _clustered_reward_ci(clusters: Any, metric: str) -> dict[str, Any] | None:
+    """Task-resampling bootstrap of the reward mean; the cluster-SEM normal interval for huge task counts."""
+    from shopsimrl_core.analysis._design import cluster_bootstrap_ci, cluster_variance
+
+    if clusters.tasks <= _BOOTSTRAP_MAX_N:
+        return cluster_bootstrap_ci(clusters, metric=metric, seed=_BOOTSTRAP_SEED, samples=_BOOTSTRAP_SAMPLES)
+    variance, mean = cluster_variance(clusters), clusters.mean
+    if variance is None or mean is None:
+        return None
+    half = 1.959963984540054 * math.sqrt(variance)
+    return {"method": "task_cluster_normal_approximation", "confidence_level": 0.95, "tasks": clusters.tasks,
+            "low": mean - half, "high": mean + half}
+
+
+def _sampling_design(reward: Any, success: Any, binary_success: bool) -> dict[str, Any]:
+    """``primary.sampling_design``: tasks are the unit; how many, how many episodes each, the design effects."""
+    from shopsimrl_core.analysis._design import cluster_variance, design_effect
+
+    sizes = reward.sizes or success.sizes
+    variance = cluster_variance(reward)
+    return {
+        "unit": "task",
+        "tasks": len(sizes),
+        "episodes": sum(sizes),
+        "repeats_min": min(sizes) if sizes else None,
+        "repeats_max": max(sizes) if sizes else None,
+        "ci_method": {
+            "reward": "task_cluster_percentile_bootstrap"
+            if reward.tasks <= _BOOTSTRAP_MAX_N
+            else "task_cluster_normal_approximation",
+            "success": "wilson_design_effect" if binary_success else None,
+        },
+        "design_effect": {"reward": design_effect(reward), "success": design_effect(success)},
+        "reward_sem": None if variance is None else math.sqrt(variance),
+    }
+
+
+_SMALL_N = 10
+"""Categories with fewer sampling units (tasks, or episodes with one per task) are flagged ``small_n``."""
+_CATEGORY_BOOTSTRAP_MAX_N = 50_000
+"""Runs with more scored episodes than this give their categories normal-approximation reward intervals."""
+
+
+def _category_breakdown(done: Any, clustered: bool = False) -> dict[str, Any]:
     import polars as pl
 
     with_cat = done.filter(pl.col("category").is_not_null())
@@ -332,14 +423,60 @@ def _category_breakdown(done: Any) -> dict[str, Any]:
         )
         .sort("category")
     )
-    return {
-        row["category"]: {
+    bootstrap = done.get_column("reward").drop_nulls().len() <= _CATEGORY_BOOTSTRAP_MAX_N
+    out: dict[str, Any] = {}
+    for row in grouped.iter_rows(named=True):
+        name = row["category"]
+        entry: dict[str, Any] = {
             "episodes": int(row["episodes"]),
             "reward_mean": row["reward_mean"],
             "success_rate": row["success_rate"],
         }
-        for row in grouped.iter_rows(named=True)
-    }
+        entry.update(_category_intervals(with_cat.filter(pl.col("category") == name), name, clustered, bootstrap))
+        out[name] = entry
+    return out
+
+
+def _category_intervals(rows: Any, name: str, clustered: bool, bootstrap: bool) -> dict[str, Any]:
+    """Additive keys of one category row: sampling units, the ``small_n`` flag and both intervals.
+
+    The intervals follow the run's design: task-resampled with repeats, per episode otherwise; the
+    reward interval is a bootstrap (seeded per category) unless the run is large.
+    """
+    from shopsimrl_core.analysis._design import cluster_variance
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci, wilson_interval
+
+    metric = f"reward:category:{name}"
+    reward = _task_clusters(rows, "reward")
+    success = rows.get_column("r_success").drop_nulls()
+    units = reward.tasks if clustered else reward.episodes
+    out: dict[str, Any] = {"tasks": reward.tasks, "small_n": units < _SMALL_N}
+    if success.len() > 0 and success.is_in([0.0, 1.0]).all():
+        if clustered:
+            out["success_ci"] = _clustered_success_ci(_task_clusters(rows, "r_success"))
+        else:
+            out["success_ci"] = _ci_dict(
+                wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95,
+                n=success.len(),
+            )
+    if reward.episodes >= 2:
+        if bootstrap and clustered:
+            out["reward_ci"] = _clustered_reward_ci(reward, metric)
+        elif bootstrap:
+            values = rows.get_column("reward").drop_nulls().to_list()
+            out["reward_ci"] = bootstrap_mean_ci(values, metric=metric, seed=_BOOTSTRAP_SEED,
+                                                 samples=_BOOTSTRAP_SAMPLES)
+        else:
+            variance = cluster_variance(reward) if clustered else (
+                None if reward.episode_variance is None else reward.episode_variance / reward.episodes)
+            mean = reward.mean
+            if variance is not None and mean is not None:
+                half = 1.959963984540054 * math.sqrt(variance)
+                out["reward_ci"] = {
+                    "method": "task_cluster_normal_approximation" if clustered else "normal_approximation",
+                    "confidence_level": 0.95, "low": mean - half, "high": mean + half,
+                }
+    return out
 
 
 def _planned_ids(jobs: list[Any]) -> Any:

@@ -145,12 +145,49 @@ class SummaryCounts(Part):
     coverage: Number
 
 
+class SamplingDesign(Part):
+    """``primary.sampling_design``: present when some task has several episodes (docs/statistics.md).
+
+    The summary's intervals then resample tasks, not episodes; a one-repeat summary has no such block.
+    """
+
+    unit: Literal["task"]
+    """The sampling unit the intervals resample."""
+    tasks: Int
+    """Tasks with a scored episode."""
+    episodes: Int
+    """Scored episodes over those tasks."""
+    repeats_min: Int | None
+    """Fewest scored episodes of a task."""
+    repeats_max: Int | None
+    """Most scored episodes of a task."""
+    ci_method: dict[str, Str | None]
+    """Interval method per metric (``reward``, ``success``)."""
+    design_effect: dict[str, Number | None]
+    """Per metric: variance of the mean under the task design over the variance of as many independent
+    episodes (Kish's deff); None when the episodes do not vary."""
+    reward_sem: Number | None
+    """Task-level (cluster) standard error of the reward mean; ``primary.reward_sem`` stays the §13
+    episode-level one."""
+
+
 class SummaryPrimary(Part):
-    """``primary`` of a summary: reward mean and SEM, success rate."""
+    """``primary`` of a summary: reward mean and SEM, success rate, then this project's additive keys."""
 
     reward_mean: Number | None
     reward_sem: Number | None
     success_rate: Number | None
+    success_ci: dict[str, Any] | None = None
+    """Additive: interval of ``success_rate`` (``method`` ``wilson``, or ``wilson_design_effect`` with repeats)."""
+    reward_ci: dict[str, Any] | None = None
+    """Additive: interval of ``reward_mean`` (``method`` ``percentile_bootstrap``, or
+    ``task_cluster_percentile_bootstrap`` with repeats; a normal approximation for very large runs)."""
+    pass_at_k: dict[str, Number] | None = None
+    """Additive (repeats > 1): unbiased pass@k per k."""
+    pass_hat_k: dict[str, Number] | None = None
+    """Additive (repeats > 1): unbiased pass^k per k."""
+    sampling_design: SamplingDesign | None = None
+    """Additive (repeats > 1): the task design the intervals follow."""
 
 
 class SummaryBehavior(Part):

@@ -171,9 +171,15 @@ def test_extensions_pass_at_k_ci_and_categories() -> None:
     assert p["pass_at_k"]["1"] == pytest.approx((1 + 1 / 3 + 0) / 3)
     assert p["pass_at_k"]["3"] == pytest.approx(2 / 3)
     assert p["pass_hat_k"]["3"] == pytest.approx(1 / 3)
-    assert p["success_ci"]["method"] == "wilson" and p["success_ci"]["low"] < 4 / 9 < p["success_ci"]["high"]
+    # three samples per task: the intervals resample tasks (test_sampling_design_* below)
+    assert p["success_ci"]["method"] == "wilson_design_effect"
+    assert p["success_ci"]["low"] < 4 / 9 < p["success_ci"]["high"]
+    assert p["reward_ci"]["method"] == "task_cluster_percentile_bootstrap"
     assert p["reward_ci"]["low"] <= p["reward_mean"] <= p["reward_ci"]["high"]
-    assert s["breakdowns"]["category"]["鞋"] == {"episodes": 3, "reward_mean": 0.0, "success_rate": 0.0}
+    shoes = s["breakdowns"]["category"]["鞋"]
+    assert {k: shoes[k] for k in ("episodes", "reward_mean", "success_rate")} == {
+        "episodes": 3, "reward_mean": 0.0, "success_rate": 0.0}
+    assert shoes["tasks"] == 1 and shoes["small_n"] is True
     assert s["breakdowns"]["category"]["围巾"]["episodes"] == 6
     assert "pass_at_k" not in build_summary(records[:3:3], requested=1)["primary"]
 
@@ -183,3 +189,89 @@ def test_summary_is_deterministic() -> None:
     a = build_summary(records, requested=42, created_at="t")
     b = build_summary(list(reversed(records)), requested=42, created_at="t")
     assert a == b
+
+
+def _repeated(tasks: int, repeats: int, seed: int) -> list[dict]:
+    """Tasks of varying difficulty, each played *repeats* times (the demo's train shape is 32 × 4)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p_task = rng.beta(0.6, 0.7, size=tasks)
+    out = []
+    for task in range(tasks):
+        for sample in range(repeats):
+            ok = bool(rng.random() < p_task[task])
+            reward = 1.0 if ok else float(rng.choice([0.0, 0.25, 0.5]))
+            out.append(record(task, sample, reward=reward, category=("围巾", "鞋", "帽")[task % 3]))
+    return out
+
+
+def test_sampling_design_with_repeats_resamples_tasks_and_says_so() -> None:
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci, wilson_interval
+
+    records = _repeated(32, 4, seed=4)
+    s = build_summary(records, requested=128, created_at="t")
+    p = s["primary"]
+    design = p["sampling_design"]
+    assert list(p)[-1] == "sampling_design"
+    assert {k: design[k] for k in ("unit", "tasks", "episodes", "repeats_min", "repeats_max")} == {
+        "unit": "task", "tasks": 32, "episodes": 128, "repeats_min": 4, "repeats_max": 4}
+    assert design["ci_method"] == {"reward": "task_cluster_percentile_bootstrap", "success": "wilson_design_effect"}
+    assert design["design_effect"]["success"] > 1.5 and design["design_effect"]["reward"] > 1.5
+    assert p["success_ci"]["tasks"] == 32 and p["success_ci"]["n"] == 128
+    assert p["success_ci"]["design_effect"] == design["design_effect"]["success"]
+    # wider than the episode-level intervals the summary printed before
+    rewards = [r["final"]["reward"] for r in sorted(records, key=lambda r: r["episode_id"])]
+    old_reward = bootstrap_mean_ci(rewards, metric="reward", samples=2000)
+    old_success = wilson_interval(int(128 * p["success_rate"]), 128)
+    assert old_reward is not None and old_success is not None
+    assert p["reward_ci"]["high"] - p["reward_ci"]["low"] > 1.2 * (old_reward["high"] - old_reward["low"])
+    assert p["success_ci"]["high"] - p["success_ci"]["low"] > 1.2 * (old_success[1] - old_success[0])
+    # the task-level SEM is the SD of the task means over √k (equal repeats)
+    import statistics
+
+    task_means = [statistics.fmean(rewards[4 * t: 4 * t + 4]) for t in range(32)]
+    assert design["reward_sem"] == pytest.approx(statistics.stdev(task_means) / 32**0.5, rel=1e-12)
+    # categories follow the same design and flag their small task counts
+    for row in s["breakdowns"]["category"].values():
+        assert row["success_ci"]["method"] == "wilson_design_effect"
+        assert row["reward_ci"]["method"] == "task_cluster_percentile_bootstrap"
+        assert row["tasks"] in (10, 11) and row["small_n"] is False
+        assert row["reward_ci"]["low"] <= row["reward_mean"] <= row["reward_ci"]["high"]
+
+
+def test_one_repeat_keeps_todays_primary_and_adds_only_category_intervals() -> None:
+    s = build_summary(_synthetic(30, seed=5), requested=32, created_at="t")
+    p = s["primary"]
+    assert list(p) == ["reward_mean", "reward_sem", "success_rate", "success_ci", "reward_ci"]
+    assert list(p["success_ci"]) == ["method", "confidence_level", "n", "low", "high"]
+    assert p["reward_ci"]["method"] == "percentile_bootstrap" and "tasks" not in p["reward_ci"]
+    one = build_summary([record(t, category="鞋" if t < 12 else "帽") for t in range(15)], requested=15)
+    rows = one["breakdowns"]["category"]
+    assert rows["鞋"]["small_n"] is False and rows["帽"]["small_n"] is True and rows["帽"]["tasks"] == 3
+    assert rows["帽"]["success_ci"]["method"] == "wilson" and rows["帽"]["success_ci"]["n"] == 3
+    assert rows["鞋"]["reward_ci"]["method"] == "percentile_bootstrap"
+
+
+def test_one_repeat_summary_is_the_pre_issue_23_bytes() -> None:
+    # Pinned with the summary code before task-level intervals existed (commit a83f026): everything
+    # but the category rows, which gained additive interval keys, is byte for byte the same.
+    import hashlib
+
+    s = build_summary(_synthetic(), requested=62, created_at="t")
+    s.pop("breakdowns", None)
+    assert s["primary"]["reward_ci"]["low"] == 0.20833333333333334
+    assert s["primary"]["success_ci"]["high"] == 0.2803161316361453
+    assert hashlib.sha256(json.dumps(s).encode()).hexdigest() == (
+        "c3f9b3f379660dad2afaece09740c990240ab1b697977f3d8d125b97759fa48e"
+    )
+
+
+def test_summaries_with_and_without_repeats_round_trip_through_the_document_model() -> None:
+    from shopsimrl_core import EvalSummary
+
+    for s in (build_summary(_repeated(9, 3, seed=1), requested=27), build_summary(_synthetic(), requested=62)):
+        parsed = EvalSummary.parse(s, "summary")
+        assert json.dumps(parsed.to_json()) == json.dumps(s)
+    design = EvalSummary.parse(build_summary(_repeated(9, 3, seed=1), requested=27)).primary.sampling_design
+    assert design is not None and design.tasks == 9 and design.unit == "task"
