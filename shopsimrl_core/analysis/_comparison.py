@@ -3,10 +3,14 @@
 Reads both runs through ``RunStore`` (the manifest and the latest record per planned episode),
 pairs complete episodes, averages metrics per task and bootstraps the task-level differences with
 ``_stats.paired_bootstrap_ci``. Writes nothing: the caller decides where the document goes.
+
+Every mean is a correctly rounded sum (``math.fsum``) divided by n, so published means and
+differences reproduce bit for bit whatever the summation order (issue 23).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +188,8 @@ def compare_runs(
         a_vals, b_vals, diffs = [], [], []
         for key in task_keys:
             pairs = pairs_by_task[key]
-            a_mean = sum(p[0][metric] for p in pairs) / len(pairs)
-            b_mean = sum(p[1][metric] for p in pairs) / len(pairs)
+            a_mean = math.fsum(p[0][metric] for p in pairs) / len(pairs)
+            b_mean = math.fsum(p[1][metric] for p in pairs) / len(pairs)
             a_vals.append(a_mean)
             b_vals.append(b_mean)
             diffs.append(b_mean - a_mean)
@@ -199,9 +203,9 @@ def compare_runs(
             rng=rng,
         )
         metrics_out[metric] = {
-            "a_mean": sum(a_vals) / n,
-            "b_mean": sum(b_vals) / n,
-            "mean_difference": sum(diffs) / n,
+            "a_mean": math.fsum(a_vals) / n,
+            "b_mean": math.fsum(b_vals) / n,
+            "mean_difference": math.fsum(diffs) / n,
             "confidence_interval": list(ci) if ci else None,
             "pairs": n,
         }
@@ -211,8 +215,8 @@ def compare_runs(
         gained = lost = both = neither = 0
         for key in task_keys:
             pairs = pairs_by_task[key]
-            sa = sum(p[0]["r_success"] for p in pairs) / len(pairs) >= 0.5
-            sb = sum(p[1]["r_success"] for p in pairs) / len(pairs) >= 0.5
+            sa = math.fsum(p[0]["r_success"] for p in pairs) / len(pairs) >= 0.5
+            sb = math.fsum(p[1]["r_success"] for p in pairs) / len(pairs) >= 0.5
             gained += (not sa) and sb
             lost += sa and not sb
             both += sa and sb

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -112,7 +113,10 @@ def estimate(
     bootstrap_seed: int = 20260901,
     confidence_level: float = 0.95,
 ) -> dict[str, dict[str, Any]]:
-    """Per metric: coefficients (§15), observation means and task-bootstrap intervals (additive)."""
+    """Per metric: coefficients (§15), observation means and task-bootstrap intervals (additive).
+
+    The means are correctly rounded (``math.fsum``), as the published ones are.
+    """
     design = [r["mask"] for r in rows]
     groups = [r["task_id"] for r in rows]
     out: dict[str, dict[str, Any]] = {}
@@ -137,9 +141,9 @@ def estimate(
             "intercept": 0.0,
             "coefficients": dict(zip(chunk_ids, beta)),
             "observations": len(rows),
-            "masked_mean": sum(masked) / len(masked),
-            "bare_mean": sum(bare) / len(bare),
-            "delta_mean": sum(deltas) / len(deltas),
+            "masked_mean": math.fsum(masked) / len(masked),
+            "bare_mean": math.fsum(bare) / len(bare),
+            "delta_mean": math.fsum(deltas) / len(deltas),
         }
         if boot is not None:
             out[metric]["confidence_intervals"] = dict(zip(chunk_ids, boot["intervals"]))

@@ -120,3 +120,23 @@ def test_compare_runs_refuses_misaligned_plans(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"not comparable; differing: model\.sampling\.temperature"):
         compare_runs(a, b)
     assert compare_runs(a, b, strict=False, bootstrap_samples=10)["alignment"]["status"] == "mismatched"
+
+
+def test_compare_means_are_correctly_rounded(tmp_path: Path) -> None:
+    # Rewards whose plain left-to-right sum rounds differently from the exact sum: the published
+    # means are math.fsum(...)/n, so ours must be too (issue 23: 36/36 bit-equal).
+    import math
+    import random
+
+    rng = random.Random(23)
+    ra = {t: rng.choice([0.1, 0.2, 0.3, 0.7, 1 / 3, 0.6]) for t in range(1, 41)}
+    rb = {t: rng.choice([0.1, 0.2, 0.3, 0.7, 1 / 3, 0.6]) for t in range(1, 41)}
+    a, b = _run(tmp_path / "a", ra), _run(tmp_path / "b", rb)
+    reward = compare_runs(a, b, bootstrap_samples=10)["paired"]["metrics"]["reward"]
+    va, vb = [ra[t] for t in sorted(ra)], [rb[t] for t in sorted(rb)]
+    diffs = [y - x for x, y in zip(va, vb)]
+    assert reward["a_mean"] == math.fsum(va) / 40 and reward["b_mean"] == math.fsum(vb) / 40
+    assert reward["mean_difference"] == math.fsum(diffs) / 40
+    # the fixture does tell the two apart (else this test could not fail)
+    assert (sum(va) / 40, sum(vb) / 40, sum(diffs) / 40) != (math.fsum(va) / 40, math.fsum(vb) / 40,
+                                                             math.fsum(diffs) / 40)
