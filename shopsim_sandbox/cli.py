@@ -1,12 +1,14 @@
 """`shopsim-sandbox`: serve the sandbox environment (+ baseline policy) or write a synthetic catalog.
 
     shopsim-sandbox serve [--port 5700] [--policy-port 5800] [--slots N] [--catalog-size N] [--seed S]
-                          [--catalog FILE|example] [--no-policy] [--env-latency-ms MS] [fault flags]
-                          [--server-timing] [--loop auto|asyncio|uvloop]
+                          [--catalog FILE|example] [--no-policy] [--policy-checkpoint FILE]
+                          [--env-latency-ms MS] [fault flags] [--server-timing] [--loop auto|asyncio|uvloop]
     shopsim-sandbox catalog --out DIR [--size N] [--seed S]
 
 `--port`/`--slots` default to the env vars SHOPSIM_PORT (5700) and SHOPSIM_ENV_SLOTS (20), like the
-real server. The policy runs in the same process on its own port (`--policy-port`, default 5800).
+real server. The policy runs in the same process on its own port (`--policy-port`, default 5800);
+`python -m shopsim_sandbox.policy serve` serves it alone. Both start their uvicorn servers with
+`serve_apps`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shopsim_sandbox.catalog import EXAMPLE_CATALOG_PATH, Catalog, CatalogError, load_catalog, load_records
 from shopsim_sandbox.faults import add_fault_arguments, fault_config_from_args
@@ -35,6 +37,9 @@ from shopsim_sandbox.synthetic import (
     split_file_json,
 )
 from shopsim_sandbox.versions import DEFAULT_PORT, DEFAULT_SLOTS
+
+if TYPE_CHECKING:
+    from shopsim_sandbox.policy.checkpoint import PolicyCheckpoint
 
 _GRACE_S = 1
 
@@ -95,10 +100,55 @@ def _bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def serve_apps(
+    apps: Sequence[tuple[str, Any, int]],
+    *,
+    host: str,
+    log_level: str = "warning",
+    ready_file: str | Path | None = None,
+    announce: Callable[[dict[str, int]], None] | None = None,
+) -> None:
+    """Serve each ``(name, asgi_app, port)`` with its own uvicorn server on one event loop, until SIGTERM.
+
+    Sockets are bound first (port 0 = any free port), then ``announce`` gets ``{name: bound_port}``;
+    once every server accepts connections, ``ready_file`` (if given) is written atomically with the
+    same mapping as JSON. Returns when a server stops (SIGTERM/SIGINT: uvicorn's graceful shutdown,
+    requests still running get ``_GRACE_S`` s), after stopping the others.
+
+    Raises:
+        OSError: a port cannot be bound.
+    """
     import uvicorn
 
+    servers: list[tuple[Any, socket.socket]] = []
+    ports: dict[str, int] = {}
+    for name, app, port in apps:
+        sock = _bound_socket(host, port)
+        ports[name] = sock.getsockname()[1]
+        # timeout_graceful_shutdown: on SIGTERM, requests still running (a reset waiting for a slot
+        # waits without limit) get this long, then they are cancelled, so the server stops promptly.
+        config = uvicorn.Config(
+            app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=_GRACE_S
+        )
+        servers.append((uvicorn.Server(config), sock))
+    if announce is not None:
+        announce(dict(ports))
+    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+    if ready_file:
+        while not all(server.started for server, _ in servers):
+            if any(t.done() for t in tasks):
+                break
+            await asyncio.sleep(0.01)
+        _write_atomic(Path(ready_file), json.dumps(ports))
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for server, _ in servers:
+        server.should_exit = True
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _serve(args: argparse.Namespace, checkpoint: PolicyCheckpoint | None) -> None:
     from shopsim_sandbox.app import build_env_app
+    from shopsim_sandbox.policy.decide import DEFAULT_LAPSE_RATES
 
     env_faults = fault_config_from_args(args, "env")
     policy_faults = fault_config_from_args(args, "policy")
@@ -111,57 +161,48 @@ async def _serve(args: argparse.Namespace) -> None:
         server_timing=args.server_timing,
         lease_ttl_s=args.lease_ttl_seconds,
     )
-    servers: list[tuple[Any, socket.socket]] = []
-    sockets: dict[str, int] = {}
-
-    def add_server(name: str, app: Any, port: int) -> None:
-        sock = _bound_socket(args.host, port)
-        sockets[name] = sock.getsockname()[1]
-        # timeout_graceful_shutdown: on SIGTERM, requests still running (a reset waiting for a slot
-        # waits without limit) get this long, then they are cancelled, so the server stops promptly.
-        config = uvicorn.Config(
-            app, log_level=args.log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=_GRACE_S
-        )
-        servers.append((uvicorn.Server(config), sock))
-
-    add_server("env_port", env_app, args.port)
+    apps: list[tuple[str, Any, int]] = [("env_port", env_app, args.port)]
     if not args.no_policy:
         from shopsim_sandbox.policy import build_policy_app
 
-        # faults carry latency_ms
-        add_server("policy_port", build_policy_app(seed=args.seed, faults=policy_faults), args.policy_port)
+        # faults carry latency_ms; the checkpoint (if any) sets the lapse rates and the reported root
+        policy_app = build_policy_app(
+            seed=args.seed,
+            faults=policy_faults,
+            lapse_rates=checkpoint.lapses if checkpoint is not None else DEFAULT_LAPSE_RATES,
+            model_root=args.policy_checkpoint,
+        )
+        apps.append(("policy_port", policy_app, args.policy_port))
     if args.analyst_port is not None:  # the deterministic Trace2Skill analyst (docs/research.md)
         from shopsim_sandbox.analyst import build_analyst_app
 
         analyst_app = build_analyst_app(seed=args.seed, malformed_rate=args.analyst_malformed_rate)
-        add_server("analyst_port", analyst_app, args.analyst_port)
+        apps.append(("analyst_port", analyst_app, args.analyst_port))
     # Everything loaded so far (catalog, index, apps) lives until exit: move it out of the cyclic GC's
     # reach. A full collection otherwise walks ~430k catalog objects (~0.1-0.25 s on 20,000 products)
     # and stalls every request in flight.
     gc.collect()
     gc.freeze()
-    print(
-        f"shopsim-sandbox: {catalog.active_task_count} tasks, {args.slots} slots, "
-        f"{type(asyncio.get_running_loop()).__module__.split('.')[0]} loop, "
-        f"env on http://{args.host}:{sockets['env_port']}"
-        + (f", policy on http://{args.host}:{sockets['policy_port']}/v1" if "policy_port" in sockets else ""),
-        file=sys.stderr,
-        flush=True,
-    )
-    tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
-    if args.ready_file:
-        while not all(server.started for server, _ in servers):
-            if any(t.done() for t in tasks):
-                break
-            await asyncio.sleep(0.01)
-        _write_atomic(Path(args.ready_file), json.dumps(sockets))
-    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for server, _ in servers:
-        server.should_exit = True
-    await asyncio.gather(*pending, return_exceptions=True)
+
+    def announce(sockets: dict[str, int]) -> None:
+        print(
+            f"shopsim-sandbox: {catalog.active_task_count} tasks, {args.slots} slots, "
+            f"{type(asyncio.get_running_loop()).__module__.split('.')[0]} loop, "
+            f"env on http://{args.host}:{sockets['env_port']}"
+            + (f", policy on http://{args.host}:{sockets['policy_port']}/v1" if "policy_port" in sockets else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+
+    await serve_apps(apps, host=args.host, log_level=args.log_level, ready_file=args.ready_file, announce=announce)
 
 
-def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop factory of ``--loop auto|asyncio|uvloop`` for ``asyncio.Runner`` (None = asyncio's).
+
+    Raises:
+        ValueError: ``uvloop`` was asked for but is not installed.
+    """
     # uvloop is optional (it comes with uvicorn[standard]); measured here it saves 1-4 % of the server
     # CPU per request and cuts the 64-session p99 by 15-25 %. uvicorn's own `loop` setting would not
     # apply: we run Server.serve ourselves.
@@ -209,6 +250,12 @@ def _parser() -> argparse.ArgumentParser:
         help="serve this catalog JSON file instead of a synthetic one ('example' = http-contract §19.1)",
     )
     serve.add_argument("--no-policy", action="store_true", help="do not start the baseline policy")
+    serve.add_argument(
+        "--policy-checkpoint",
+        default=None,
+        help="start the baseline policy on this checkpoint file (shopsim-policy-checkpoint-v1: its lapse rates); "
+        "default: the built-in rates",
+    )
     serve.add_argument(
         "--analyst-port",
         type=int,
@@ -265,8 +312,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--lease-ttl-seconds: must be > 0 (got {args.lease_ttl_seconds}); omit it to keep leases forever"
             )
-        with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
-            runner.run(_serve(args))
+        checkpoint = None
+        if args.policy_checkpoint is not None:
+            if args.no_policy:
+                raise ValueError("--policy-checkpoint: given with --no-policy; drop one of them")
+            from shopsim_sandbox.policy.checkpoint import load_policy_checkpoint
+
+            checkpoint = load_policy_checkpoint(args.policy_checkpoint)  # CheckpointError is a ValueError
+        with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+            runner.run(_serve(args, checkpoint))
         return 0
     except (CatalogError, ValueError) as exc:
         print(f"shopsim-sandbox: {exc}", file=sys.stderr)

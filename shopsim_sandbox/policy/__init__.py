@@ -24,18 +24,31 @@ lapses (choosing each option per the request, checking the price against the bud
 several candidates before buying, searching with the key product words) makes that lapse rarer
 (``SKILL_LAPSE_FACTOR`` times its base rate). Without skill blocks the play is exactly as before.
 
+Its competence is set by a *checkpoint file* (``checkpoint``: ``shopsim-policy-checkpoint-v1`` JSON
+holding the lapse rates, see ``LapseRates``), so the sandbox can stand in for a series of trained
+checkpoints: ``python -m shopsim_sandbox.policy serve --checkpoint FILE --port N --served-model-name
+NAME`` starts it like ``vllm serve``; ``shopsim-sandbox serve --policy-checkpoint FILE`` in-process.
+
 Wire format follows vLLM/SGLang: ``POST /v1/chat/completions`` (JSON, or SSE chunks with
 ``stream: true``), ``GET /v1/models``, OpenAI error bodies, ``reasoning_content`` unless thinking
 is switched off, ``usage`` (in streams only with ``stream_options.include_usage``).
 
-Modules: ``decide`` (reading the conversation, lapses, hints, the next action), ``server`` (the
-HTTP endpoint), ``episode`` (a minimal episode driver that measures the success rate) and
-``__main__`` (``python -m shopsim_sandbox.policy``).
+Modules: ``decide`` (reading the conversation, lapses and their rates, hints, the next action),
+``checkpoint`` (the checkpoint file format and its loader), ``server`` (the HTTP endpoint),
+``episode`` (a minimal episode driver that measures the success rate) and ``__main__``
+(``python -m shopsim_sandbox.policy serve`` / ``measure``).
 """
 
 from __future__ import annotations
 
+from shopsim_sandbox.policy.checkpoint import (
+    POLICY_CHECKPOINT_FORMAT,
+    CheckpointError,
+    PolicyCheckpoint,
+    load_policy_checkpoint,
+)
 from shopsim_sandbox.policy.decide import (
+    DEFAULT_LAPSE_RATES,
     LAPSE_FIRST_OPTION,
     LAPSE_IGNORE_BUDGET,
     LAPSE_IMPATIENT,
@@ -44,6 +57,7 @@ from shopsim_sandbox.policy.decide import (
     MAX_PRODUCTS_OPENED,
     SERVED_MODEL,
     SKILL_LAPSE_FACTOR,
+    LapseRates,
     Lapses,
     PolicyAction,
     Transcript,
@@ -57,20 +71,26 @@ from shopsim_sandbox.policy.episode import measure_success, play_episode, tools_
 from shopsim_sandbox.policy.server import build_policy_app
 
 __all__ = [
+    "DEFAULT_LAPSE_RATES",
     "LAPSE_FIRST_OPTION",
     "LAPSE_IGNORE_BUDGET",
     "LAPSE_IMPATIENT",
     "LAPSE_RUNNER_UP",
     "LAPSE_TERSE_QUERY",
     "MAX_PRODUCTS_OPENED",
+    "POLICY_CHECKPOINT_FORMAT",
     "SERVED_MODEL",
     "SKILL_LAPSE_FACTOR",
+    "CheckpointError",
+    "LapseRates",
     "Lapses",
     "PolicyAction",
+    "PolicyCheckpoint",
     "Transcript",
     "build_policy_app",
     "decide_action",
     "hinted_lapses",
+    "load_policy_checkpoint",
     "measure_success",
     "play_episode",
     "read_transcript",

@@ -11,12 +11,16 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from shopsim_sandbox.budget import parse_price_upper
 
 __all__ = [
+    "DEFAULT_LAPSE_RATES",
     "SERVED_MODEL",
+    "LapseRates",
     "Lapses",
     "PolicyAction",
     "Transcript",
@@ -43,6 +47,33 @@ LAPSE_TERSE_QUERY = 0.5
 LAPSE_RUNNER_UP = 0.05
 SKILL_LAPSE_FACTOR = 0.25
 """A lapse that a skill hint in the system message addresses keeps this fraction of its base rate."""
+
+_Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
+
+
+class LapseRates(BaseModel):
+    """The probabilities the policy lapses with: its competence (a checkpoint file sets them).
+
+    Every field defaults to its ``LAPSE_*`` module constant, so ``LapseRates()`` is the baseline
+    policy as it always played. Unknown fields are refused.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ignore_budget: _Probability = LAPSE_IGNORE_BUDGET
+    """Per episode: probability of ignoring the budget (default ``LAPSE_IGNORE_BUDGET``)."""
+    first_option: _Probability = LAPSE_FIRST_OPTION
+    """Per episode: probability of taking each option axis's first value (default ``LAPSE_FIRST_OPTION``)."""
+    impatient: _Probability = LAPSE_IMPATIENT
+    """Per episode: probability of buying the first product opened (default ``LAPSE_IMPATIENT``)."""
+    terse_query: _Probability = LAPSE_TERSE_QUERY
+    """Per episode: probability of searching with the instruction's words only (default ``LAPSE_TERSE_QUERY``)."""
+    runner_up: _Probability = LAPSE_RUNNER_UP
+    """Per results page: probability of opening the second-best listing (default ``LAPSE_RUNNER_UP``)."""
+
+
+DEFAULT_LAPSE_RATES = LapseRates()
+"""The module constants as a ``LapseRates``: what an unconfigured policy plays with."""
 
 
 # --- reading the conversation ------------------------------------------------------------------
@@ -320,31 +351,38 @@ class Lapses:
     first_option: bool = False
     impatient: bool = False
     terse_query: bool = False
+    runner_up_rate: float = LAPSE_RUNNER_UP
+    """Probability, per results page, of opening the runner-up listing (a slip drawn per request)."""
 
     @classmethod
-    def draw(cls, rng: random.Random, hinted: frozenset[str] = frozenset()) -> Lapses:
-        """Draw each lapse independently with its ``LAPSE_*`` probability.
+    def draw(
+        cls, rng: random.Random, hinted: frozenset[str] = frozenset(), rates: LapseRates = DEFAULT_LAPSE_RATES
+    ) -> Lapses:
+        """Draw each lapse independently with its probability in ``rates`` (default: the ``LAPSE_*`` constants).
 
         A lapse named in ``hinted`` (see ``hinted_lapses``) uses ``SKILL_LAPSE_FACTOR`` times that
         probability. The same four uniform draws are made either way, so with the same ``rng`` a hint
-        only ever removes a lapse and no hint gives exactly the unhinted draw.
+        only ever removes a lapse and no hint gives exactly the unhinted draw. ``rates.runner_up``
+        is carried as ``runner_up_rate`` (``decide_action`` draws it per request).
         """
 
         def lapse(name: str, rate: float) -> bool:
             return rng.random() < (rate * SKILL_LAPSE_FACTOR if name in hinted else rate)
 
         return cls(
-            lapse("ignore_budget", LAPSE_IGNORE_BUDGET),
-            lapse("first_option", LAPSE_FIRST_OPTION),
-            lapse("impatient", LAPSE_IMPATIENT),
-            lapse("terse_query", LAPSE_TERSE_QUERY),
+            lapse("ignore_budget", rates.ignore_budget),
+            lapse("first_option", rates.first_option),
+            lapse("impatient", rates.impatient),
+            lapse("terse_query", rates.terse_query),
+            rates.runner_up,
         )
 
 
 def decide_action(t: Transcript, rng: random.Random, lapses: Lapses | None = None) -> PolicyAction:
     """Pick the next action from the transcript alone (never from a goal).
 
-    ``lapses`` (per episode) and ``rng`` (per request, only for rare slips) make the play imperfect.
+    ``lapses`` (per episode) and ``rng`` (per request, only for the runner-up slip at
+    ``lapses.runner_up_rate``) make the play imperfect.
     """
     lapses = lapses or Lapses()
     enum = t.click_enum or []
@@ -398,7 +436,7 @@ def decide_action(t: Transcript, rng: random.Random, lapses: Lapses | None = Non
             return (int(within), len(want & _bigrams(p.title + " " + p.attributes)), -p.rank)
 
         ranked = sorted(products, key=merit, reverse=True)
-        pick = ranked[1] if len(ranked) > 1 and rng.random() < LAPSE_RUNNER_UP else ranked[0]
+        pick = ranked[1] if len(ranked) > 1 and rng.random() < lapses.runner_up_rate else ranked[0]
         return PolicyAction("click", pick.asin, f"打开最符合任务的商品：{pick.title}")
     if "next >" in enum:
         return PolicyAction("click", "next >", "本页的商品都看过了，翻到下一页。")

@@ -25,7 +25,9 @@ from starlette.routing import Route
 from shopsim_sandbox.faults import FaultConfig, FaultDecision, FaultInjector
 from shopsim_sandbox.policy.decide import (
     _MAX_MODEL_LEN,
+    DEFAULT_LAPSE_RATES,
     SERVED_MODEL,
+    LapseRates,
     Lapses,
     _text_of,
     decide_action,
@@ -68,9 +70,11 @@ class _Completion:
 
 class _PolicyServer:
     def __init__(self, *, seed: int, latency_ms: float, faults: FaultConfig | None, model_name: str,
-                 lapses: bool) -> None:
+                 lapses: bool, lapse_rates: LapseRates, model_root: str) -> None:
         self.seed = seed
         self.lapses = lapses
+        self.lapse_rates = lapse_rates
+        self.model_root = model_root
         self.latency_ms = float(latency_ms)
         self.faults = FaultInjector(faults)
         self.model_name = model_name
@@ -88,9 +92,11 @@ class _PolicyServer:
         # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
         # without seeds the lapses depend on the task alone.
         episode_seed = request_seed - transcript.turns if has_seed else None
-        lapses = Lapses.draw(random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|"
-                                           f"{transcript.persona_text}"),
-                             hinted_lapses(transcript.skill_hints)) if self.lapses else Lapses()
+        if self.lapses:
+            draw = random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|{transcript.persona_text}")
+            lapses = Lapses.draw(draw, hinted_lapses(transcript.skill_hints), self.lapse_rates)
+        else:
+            lapses = Lapses(runner_up_rate=self.lapse_rates.runner_up)
         action = decide_action(transcript, rng, lapses)
         use_tools = tools is not None and body.get("tool_choice") != "none"
         reasoning = action.rationale if _thinking_enabled(body) else None
@@ -137,7 +143,7 @@ class _PolicyServer:
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{
             "id": self.model_name, "object": "model", "created": self.created, "owned_by": "shopsim-sandbox",
-            "root": self.model_name, "parent": None, "max_model_len": _MAX_MODEL_LEN, "permission": []}]})
+            "root": self.model_root, "parent": None, "max_model_len": _MAX_MODEL_LEN, "permission": []}]})
 
     async def chat_completions(self, request: Request) -> Response:
         raw = await request.body()
@@ -210,15 +216,21 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfig | None = None,
-                     model_name: str = SERVED_MODEL, lapses: bool = True) -> Starlette:
+                     model_name: str = SERVED_MODEL, lapses: bool = True,
+                     lapse_rates: LapseRates = DEFAULT_LAPSE_RATES, model_root: str | None = None) -> Starlette:
     """Build the baseline policy's ASGI app: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
     Responses are deterministic for a given ``seed``, request body and fault sequence. ``latency_ms``
     is added to every completion call (on top of ``faults.latency_ms``). Requests naming another
-    model than ``model_name`` get vLLM's 404. ``lapses=False`` switches the seeded per-episode
-    imperfection off (the policy's best play; for tests).
+    model than ``model_name`` get vLLM's 404. ``lapse_rates`` (e.g. a checkpoint file's, see
+    ``shopsim_sandbox.policy.checkpoint``) set the policy's competence; the default is the
+    ``LAPSE_*`` constants. ``lapses=False`` switches the seeded per-episode imperfection off (the
+    policy's best play; for tests); the runner-up slip keeps ``lapse_rates.runner_up``.
+    ``model_root`` is what ``GET /v1/models`` reports as ``root`` (vLLM: the weights path; default
+    ``model_name``).
     """
-    server = _PolicyServer(seed=seed, latency_ms=latency_ms, faults=faults, model_name=model_name, lapses=lapses)
+    server = _PolicyServer(seed=seed, latency_ms=latency_ms, faults=faults, model_name=model_name, lapses=lapses,
+                           lapse_rates=lapse_rates, model_root=model_root if model_root is not None else model_name)
     app = Starlette(routes=[
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
