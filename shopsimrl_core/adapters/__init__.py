@@ -14,6 +14,8 @@ _EXPORTS: dict[str, str] = {
     "ChatModelClient": "_model",
     "ModelOutput": "_validation",
     "ModelRequestError": "_model",
+    "ModelEndpointFault": "_model",
+    "endpoint_fault": "_model",
     "Conversation": "_conversation",
     "TransportError": "_http",
     "select_transport": "_http",

@@ -282,7 +282,7 @@ class H1Engine(_Engine):
             conn = await self._exchange(origin, head, body)
             try:
                 await conn.head(read)
-                yield StreamReply(conn.status, conn.body_chunks(read), charset(conn.content_type))
+                yield StreamReply(conn.status, conn.body_chunks(read), charset(conn.content_type), conn.content_type)
             except BaseException:
                 conn.close()
                 raise

@@ -95,10 +95,13 @@ class Reply:
 class StreamReply:
     """A response whose body is read incrementally (``lines()``) or at once (``read()``)."""
 
-    def __init__(self, status: int, chunks: AsyncIterator[bytes], charset: str | None) -> None:
+    def __init__(self, status: int, chunks: AsyncIterator[bytes], charset: str | None,
+                 content_type: str | None = None) -> None:
         self.status = status
         self._chunks = chunks
         self.charset = charset
+        self.content_type = content_type
+        """The Content-Type header as sent (None when absent)."""
 
     async def read(self) -> bytes:
         """The rest of the body."""
@@ -322,7 +325,7 @@ class AiohttpEngine(_Engine):
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _aiohttp_error(exc) from None
         try:
-            yield StreamReply(response.status, chunks(response), response.charset)
+            yield StreamReply(response.status, chunks(response), response.charset, response.headers.get("Content-Type"))
         finally:
             await manager.__aexit__(None, None, None)
 
@@ -392,7 +395,9 @@ class HttpxEngine(_Engine):
         except httpx.RequestError as exc:
             raise TransportError(type(exc).__name__, str(exc)) from None
         try:
-            yield StreamReply(response.status_code, chunks(response), response.charset_encoding)
+            yield StreamReply(
+                response.status_code, chunks(response), response.charset_encoding, response.headers.get("content-type")
+            )
         finally:
             await manager.__aexit__(None, None, None)
 

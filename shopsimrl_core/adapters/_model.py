@@ -5,9 +5,14 @@ endpoint for the whole run; every episode in flight shares it. ``complete()`` se
 §7.2 failures with capped exponential backoff, assembles SSE streams (§7.5) and validates the
 answer (§7.3, ``_validation.py``) into a :class:`ModelOutput`.
 
-A 2xx answer with an unusable body is never retried: it becomes a protocol error, or the single
-policy failure ``generation_length``, on the returned output. Only transport trouble and the
-retryable statuses consume HTTP attempts; running out of them raises :class:`ModelRequestError`.
+A 2xx answer that is a chat completion with an unusable tool call is never retried: it becomes a
+protocol error, or the single policy failure ``generation_length``, on the returned output. A 2xx
+answer that is no chat completion at all — an HTML page, a body that does not parse as JSON, an
+error envelope without ``choices`` (a proxy's error page, a crashed server behind a gateway) — is an
+**endpoint fault** (:func:`endpoint_fault`): retried like a 5xx, and when the attempts run out it
+raises :class:`ModelEndpointFault`, never a protocol error the model would be charged with
+(docs/runtime.md#endpoint-faults). Only transport trouble, retryable statuses and endpoint faults
+consume HTTP attempts; running out of them raises :class:`ModelRequestError`.
 
 The API key is read from the environment variable named by ``api_key_env`` at request time and
 is never logged, stored, or put into an exception message.
@@ -31,7 +36,7 @@ from shopsimrl_core._clock import round_ms
 from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
 from shopsimrl_core.adapters._conversation import Conversation
-from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
+from shopsimrl_core.adapters._http import Reply, TransportError, build_engine, select_transport
 from shopsimrl_core.adapters._json import UNDECODED, dumps, dumps_strict, fast_loads, has_non_finite, loads_finite
 from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure
 from shopsimrl_core.adapters._validation import ModelOutput, validate_completion
@@ -41,9 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatModelClient",
+    "ModelEndpointFault",
     "ModelRequestError",
     "RETRYABLE_STATUSES",
     "backoff_delay",
+    "endpoint_fault",
     "model_identity",
 ]
 
@@ -59,6 +66,45 @@ class ModelRequestError(InferenceError):
     """
 
     code = "model-request-failed"
+
+
+class ModelEndpointFault(ModelRequestError):
+    """The endpoint kept answering 2xx with a body that is no chat completion (HTML, not JSON, an error envelope).
+
+    A fault of the serving stack, not of the model: it fails the attempt (stage ``model_step_<N>``)
+    like an exhausted 5xx, and the run probes the endpoint with a completion before going on.
+    """
+
+    code = "model-endpoint-fault"
+
+
+#: how much of a faulty body the one-line message shows
+_SHOWN_BYTES = 120
+
+
+def endpoint_fault(data: bytes, content_type: str | None) -> str | None:
+    """Why a 2xx body is no chat completion at all (an endpoint fault), or None when it is one.
+
+    A fault: a non-JSON ``Content-Type`` (``text/html``, ``text/plain``, ...), an empty body, a body
+    that does not parse as JSON even with the stdlib's ``NaN``/``Infinity`` literals, or a JSON
+    object with an ``error`` key and no ``choices`` (an error envelope sent with 200). Everything
+    else goes on to the §7.3 checks: a JSON array, ``{"choices": []}`` and bodies holding non-finite
+    numbers stay the protocol errors the published counting names.
+    """
+    mime = (content_type or "").split(";", 1)[0].strip().lower()
+    shown = ascii(data[:_SHOWN_BYTES].decode("utf-8", errors="replace"))
+    more = "…" if len(data) > _SHOWN_BYTES else ""
+    if mime and mime != "application/json" and not mime.endswith("+json") and not mime.endswith("/json"):
+        return f"a {mime} body, not JSON; it starts {shown}{more}"
+    if not data.strip():
+        return "an empty body"
+    try:
+        body = json.loads(data)  # lenient on purpose: NaN/Infinity are the completion's problem (§7.3 #1)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return f"a body that is not JSON; it starts {shown}{more}"
+    if isinstance(body, dict) and "choices" not in body and "error" in body:
+        return f"an error object instead of a completion; it starts {shown}{more}"
+    return None
 
 
 def backoff_delay(attempt: int, base: float, jitter: float) -> float:
@@ -112,6 +158,10 @@ def model_identity(
 
 class _Retryable(Exception):
     """One failed HTTP attempt that §7.2 retries."""
+
+
+class _EndpointFaulted(_Retryable):
+    """One 2xx answer that is no chat completion at all (retried like a 5xx)."""
 
 
 class ChatModelClient:
@@ -347,7 +397,9 @@ class ChatModelClient:
         ]
         started = time.perf_counter()
         last_error = ""
+        faulted = False
         for attempt in range(self.max_retries):
+            faulted = False
             try:
                 if self.stream:
                     output = await self._attempt_stream(client, content, headers, offered)
@@ -358,6 +410,7 @@ class ChatModelClient:
                 return output
             except _Retryable as exc:
                 last_error = str(exc)
+                faulted = isinstance(exc, _EndpointFaulted)
             except TransportError as exc:
                 last_error = str(exc)
             except StreamFailure as exc:
@@ -365,7 +418,15 @@ class ChatModelClient:
             logger.warning("model attempt %d/%d failed: %s", attempt + 1, self.max_retries, last_error[:300])
             if attempt + 1 < self.max_retries:
                 await self.sleep(backoff_delay(attempt, self.retry_backoff_seconds, self.rng.random()))
+        if faulted:
+            raise ModelEndpointFault(f"model endpoint fault after {self.max_retries} attempts: {last_error}")
         raise ModelRequestError(f"model request failed after {self.max_retries} attempts: {last_error}")
+
+    def _fault(self, reply: Any) -> None:
+        """Raise :class:`_EndpointFaulted` when a 2xx *reply* is no chat completion at all."""
+        why = endpoint_fault(reply.data, reply.content_type)
+        if why is not None:
+            raise _EndpointFaulted(f"{self.url} answered HTTP {reply.status} with {why}")
 
     @staticmethod
     def _check_status(status: int, text: str) -> None:
@@ -382,6 +443,8 @@ class ChatModelClient:
         if not 200 <= reply.status < 300:
             self._check_status(reply.status, reply.text)
         body = fast_loads(reply.data)
+        if body is UNDECODED or (type(body) is dict and "choices" not in body):
+            self._fault(reply)  # only a body the fast path refused, or one without choices, needs a look
         if body is UNDECODED:  # not for msgspec: the stdlib decides, on the text, with its own error message
             text = reply.text
             try:
@@ -403,6 +466,9 @@ class ChatModelClient:
             if not 200 <= response.status < 300:
                 text = (await response.read()).decode("utf-8", errors="replace")
                 self._check_status(response.status, text)
+            mime = (response.content_type or "").split(";", 1)[0].strip().lower()
+            if mime in ("text/html", "text/plain", "application/xhtml+xml"):  # an error page, not an event stream
+                self._fault(Reply(response.status, await response.read(), None, response.content_type))
             assembler = StreamAssembler()
             # read to the end even after [DONE] so the connection goes back to the pool
             async for line in response.lines():

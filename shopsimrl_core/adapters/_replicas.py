@@ -31,7 +31,14 @@ from typing import Any
 
 from shopsimrl_core._clock import round_ms
 from shopsimrl_core.adapters._http import TransportError
-from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError, _Retryable, backoff_delay
+from shopsimrl_core.adapters._model import (
+    ChatModelClient,
+    ModelEndpointFault,
+    ModelRequestError,
+    _EndpointFaulted,
+    _Retryable,
+    backoff_delay,
+)
 from shopsimrl_core.adapters._sse import StreamFailure
 from shopsimrl_core.adapters._validation import ModelOutput
 
@@ -329,9 +336,11 @@ class ReplicatedChatModelClient(ChatModelClient):
         last_error = ""
         replicas = self.replica_set
         failed_on: set[int] = set()
+        faulted = False
         for attempt in range(self.max_retries):
             replica = await replicas.acquire(frozenset(failed_on))
             ok: bool | None = None
+            faulted = False
             try:
                 output = await self._attempt(self._members[replica.index], content, headers, offered)
                 ok = True
@@ -339,6 +348,7 @@ class ReplicatedChatModelClient(ChatModelClient):
                 ok = False
                 failed_on.add(replica.index)
                 last_error = f"{replica.base_url}: {exc}"
+                faulted = isinstance(exc, _EndpointFaulted)
             finally:
                 replicas.release(replica, ok=ok)
             if ok:
@@ -349,4 +359,6 @@ class ReplicatedChatModelClient(ChatModelClient):
             logger.warning("model attempt %d/%d failed: %s", attempt + 1, self.max_retries, last_error[:300])
             if attempt + 1 < self.max_retries and not replicas.has_other_admitted(replica):
                 await self.sleep(backoff_delay(attempt, self.retry_backoff_seconds, self.rng.random()))
+        if faulted:
+            raise ModelEndpointFault(f"model endpoint fault after {self.max_retries} attempts: {last_error}")
         raise ModelRequestError(f"model request failed after {self.max_retries} attempts: {last_error}")

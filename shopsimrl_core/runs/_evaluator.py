@@ -43,7 +43,7 @@ from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_tes
 from shopsimrl_core.runs._loop import run_coroutine
 from shopsimrl_core.runs._plan import EvalPlan, build_plan
 from shopsimrl_core.runs._progress import ProgressTracker
-from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _make_clients, _make_settings, _model_probe
+from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _gate_probes, _make_clients, _make_settings
 from shopsimrl_core.runs._signals import _with_signals
 from shopsimrl_core.runs._store import RunStore
 
@@ -351,7 +351,7 @@ async def _execute(
 ) -> None:
     from shopsimrl_core.runs._env_pool import per_server
     from shopsimrl_core.runs._leases import JournaledEnvironment, LeaseJournal
-    from shopsimrl_core.runs._outage import OutageGate, retry_delay, suspected_service
+    from shopsimrl_core.runs._outage import EndpointFaultNotices, OutageGate, retry_delay, suspected_service
 
     config = plan.config
     total_cap = config.experiment.max_total_attempts
@@ -380,10 +380,11 @@ async def _execute(
         release_retry_seconds=config.environment.release_retry_seconds,
         notice=tracker.notice,
     ))
-    probes: dict[str, Callable[[], Awaitable[Any]]] = {}
-    if resilient:
-        probes = {"environment": raw_env.health, "model": _model_probe(plan, opts)}
-    gate = OutageGate(config.experiment.outage_budget_seconds, probes, notice=tracker.notice)
+    probes, probe_timeouts = _gate_probes(plan, opts, raw_env) if resilient else ({}, {})
+    gate = OutageGate(
+        config.experiment.outage_budget_seconds, probes, notice=tracker.notice, probe_timeouts=probe_timeouts
+    )
+    tell_fault = EndpointFaultNotices(tracker.notice)
 
     async def attempt(job: EpisodeJob) -> None:
         eid = job.episode_id
@@ -412,6 +413,8 @@ async def _execute(
             store.append(record)
         done = is_complete(record)
         books.complete[eid] = done
+        if not done:
+            tell_fault(record)
         if not done and resilient:
             service = suspected_service(record)
             if service is not None and await gate.check(service):

@@ -21,7 +21,7 @@ from typing import Any
 
 from shopsimrl_core._errors import ShopSimRLError
 
-__all__ = ["OutageError", "OutageGate", "suspected_service", "retry_delay"]
+__all__ = ["EndpointFaultNotices", "MODEL_ENDPOINT", "OutageError", "OutageGate", "suspected_service", "retry_delay"]
 
 
 class OutageError(ShopSimRLError):
@@ -41,19 +41,58 @@ def retry_delay(failed_attempts: int, rng: random.Random | None = None) -> float
 
 _ENV_TYPES = {"ShopSimulatorError"}
 _MODEL_TYPES = {"ModelRequestError"}
+_ENDPOINT_TYPES = {"ModelEndpointFault"}
+#: the service an endpoint fault points at: probed with a tiny completion, not only ``GET /models``
+MODEL_ENDPOINT = "model endpoint"
 
 
 def suspected_service(record: dict[str, Any]) -> str | None:
-    """``"environment"`` / ``"model"`` when a failed record's error may come from an outage, else None."""
+    """The service a failed record's error may come from an outage of, else None.
+
+    ``"environment"``, ``"model"`` (a request that failed after its retries: probed with ``GET
+    /models``) or :data:`MODEL_ENDPOINT` (2xx answers that were no chat completion: probed with a
+    completion, since a proxy may still list the models while its chat route serves an error page).
+    """
     error = record.get("error")
     if record.get("status") != "failed" or not isinstance(error, dict):
         return None
     kind = error.get("type")
+    if kind in _ENDPOINT_TYPES:
+        return MODEL_ENDPOINT
     if kind in _MODEL_TYPES:
         return "model"
     if kind in _ENV_TYPES:
         return "environment"
     return None
+
+
+class EndpointFaultNotices:
+    """Tells the console once per kind of endpoint fault (call it with every failed record).
+
+    The line names the endpoint and the body's first bytes (from the error message) and says that the
+    attempt failed instead of being charged to the model.
+    """
+
+    def __init__(self, notice: Callable[[str], Any]) -> None:
+        self._notice = notice
+        self._told: set[str] = set()
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        error = record.get("error")
+        if record.get("status") != "failed" or not isinstance(error, dict) or error.get("type") not in _ENDPOINT_TYPES:
+            return
+        message = " ".join(str(error.get("message", "")).split())
+        kind = message.split(" with ", 1)[-1][:60]
+        if kind in self._told:
+            return
+        self._told.add(kind)
+        try:
+            self._notice(
+                f"{message[:400]} — an endpoint fault (proxy error page or crashed server), not the model's answer: "
+                "the attempt is stored as failed and retried, never as a completed episode"
+            )
+        except Exception:  # a broken display must not stop the run
+            pass
 
 
 class OutageGate:
@@ -70,10 +109,13 @@ class OutageGate:
         *,
         notice: Callable[[str], Any] | None = None,
         probe_timeout: float = 5.0,
+        probe_timeouts: dict[str, float] | None = None,
     ) -> None:
         self.budget_seconds = budget_seconds
         self.probes = probes
         self.probe_timeout = probe_timeout
+        self.probe_timeouts = dict(probe_timeouts or {})
+        """Per-service probe timeouts (a completion may take longer than a ``GET``)."""
         self._notice = notice
         self._open = asyncio.Event()
         self._open.set()
@@ -101,7 +143,7 @@ class OutageGate:
 
     async def _probe(self, service: str) -> str | None:
         try:
-            await asyncio.wait_for(self.probes[service](), timeout=self.probe_timeout)
+            await asyncio.wait_for(self.probes[service](), timeout=self.probe_timeouts.get(service, self.probe_timeout))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

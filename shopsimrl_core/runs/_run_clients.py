@@ -4,7 +4,8 @@ Promise: ``_check_api_key`` refuses a run whose ``model.api_key_env`` variable i
 anything is written; ``_make_settings`` turns a plan into the episode runtime's settings;
 ``_make_clients`` builds ONE model client and ONE environment client for the whole run (replicated /
 pooled when the config lists several servers); ``_close_env`` closes the environment client within
-a grace period; ``_model_probe`` is the outage gate's model check.
+a grace period; ``_model_probe`` is the outage gate's model check and ``_completion_probe`` its
+check after endpoint faults.
 """
 
 from __future__ import annotations
@@ -82,3 +83,28 @@ def _model_probe(plan: EvalPlan, opts: EvaluationOptions) -> Callable[[], Awaita
         await _check_models(plan.config, opts.model_transport)
 
     return probe
+
+
+def _completion_probe(plan: EvalPlan, opts: EvaluationOptions) -> Callable[[], Awaitable[Any]]:
+    """The outage gate's check after endpoint faults: one tiny completion must come back as a completion."""
+
+    async def probe() -> None:
+        from shopsimrl_core.runs._preflight import _check_probe
+
+        await _check_probe(plan.config, opts.model_transport)
+
+    return probe
+
+
+def _gate_probes(
+    plan: EvalPlan, opts: EvaluationOptions, env: Any
+) -> tuple[dict[str, Callable[[], Awaitable[Any]]], dict[str, float]]:
+    """The outage gate's probes per service, and the probe timeouts that differ from its default."""
+    from shopsimrl_core.runs._outage import MODEL_ENDPOINT
+
+    probes = {
+        "environment": env.health,
+        "model": _model_probe(plan, opts),
+        MODEL_ENDPOINT: _completion_probe(plan, opts),
+    }
+    return probes, {MODEL_ENDPOINT: min(plan.config.model.timeout, 60.0) + 5.0}

@@ -11,7 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from shopsimrl_core.adapters._model import ChatModelClient, ModelRequestError, backoff_delay
+from shopsimrl_core.adapters._model import (
+    ChatModelClient,
+    ModelEndpointFault,
+    ModelRequestError,
+    backoff_delay,
+    endpoint_fault,
+)
 from shopsimrl_core.adapters._sse import StreamAssembler, StreamFailure, synthesised_call_id
 from shopsimrl_core.adapters._validation import GENERATION_LENGTH_MESSAGE, validate_completion
 
@@ -201,13 +207,62 @@ def test_transport_errors_are_retried(exc):
     assert len(rec.requests) == 2 and out.tool_calls
 
 
-def test_bad_2xx_body_is_not_retried():
-    rec = Recorder(httpx.Response(200, text="<html>oops"))
+def test_an_html_200_is_an_endpoint_fault_retried_then_raised():
+    """A proxy's error page with status 200 is no completion: retried like a 5xx, then the attempt fails."""
+    page = "<!doctype html>\n<html><title>502 Bad Gateway</title>" + "x" * 300
+    rec = Recorder(httpx.Response(200, text=page, headers={"content-type": "text/html; charset=utf-8"}))
+    client = make_client(rec)
+    with pytest.raises(ModelEndpointFault) as caught:
+        run(complete(client))
+    assert len(rec.requests) == 3 and len(client.recorded_sleeps) == 2
+    message = caught.value.one_line()
+    assert caught.value.code == "model-endpoint-fault" and isinstance(caught.value, ModelRequestError)
+    assert "http://model.test/v1/chat/completions answered HTTP 200 with a text/html body" in message
+    assert "'<!doctype html>\\n<html><title>502 Bad Gateway</title>" in message  # escaped, on one line
+    assert message.endswith("…") and len(message) < 400
+
+
+def test_an_endpoint_fault_followed_by_a_completion_succeeds():
+    good = httpx.Response(200, json=completion({"tool_calls": [call()]}))
+    rec = Recorder(httpx.Response(200, text="<html>oops"), good)
     out = run(complete(make_client(rec)))
-    assert len(rec.requests) == 1
-    assert out.protocol_error["code"] == "invalid_json_response"
-    assert out.protocol_error["message"].startswith("model response is not valid JSON: ")
-    assert out.raw_response == {"text": "<html>oops"}
+    assert len(rec.requests) == 2 and out.tool_calls and out.protocol_error is None and out.attempts == 2
+
+
+@pytest.mark.parametrize(
+    "content, content_type, fault",
+    [
+        (b"<html>oops", None, "a body that is not JSON; it starts '<html>oops'"),
+        (b'{"choices": [1,', "application/json", "a body that is not JSON"),  # cut off: not the model's output
+        (b"", "application/json", "an empty body"),
+        (b"  \n", None, "an empty body"),
+        (b'{"error": {"message": "upstream died"}}', "application/json", "an error object instead of a completion"),
+        (b"upstream connect error", "text/plain", "a text/plain body, not JSON"),
+        (b"\xe4\xbd\xa0\x00", "text/html", "it starts '\\u4f60\\x00'"),
+        # the published protocol errors stay protocol errors
+        (b"[]", "application/json", None),
+        (b'{"choices": []}', "application/json", None),
+        (b'{"choices": [{"message": {"content": "x"}}], "usage": {"total_tokens": NaN}}', "application/json", None),
+        (b'{"detail": "x"}', "application/json", None),  # no error key: the §7.3 missing_choices
+    ],
+)
+def test_endpoint_fault_classification(content, content_type, fault):
+    found = endpoint_fault(content, content_type)
+    assert (found is None) if fault is None else (found is not None and fault in found), found
+
+
+def test_a_completion_with_an_odd_content_type_is_still_a_completion():
+    body = json.dumps(completion({"tool_calls": [call()]})).encode()
+    rec = Recorder(httpx.Response(200, content=body, headers={"content-type": "text/plain"}))
+    out = run(complete(make_client(rec)))
+    assert len(rec.requests) == 1 and out.tool_calls and out.protocol_error is None
+
+
+def test_a_streamed_html_200_is_an_endpoint_fault():
+    rec = Recorder(httpx.Response(200, text="<html>bad gateway</html>", headers={"content-type": "text/html"}))
+    with pytest.raises(ModelEndpointFault, match="text/html body"):
+        run(complete(make_client(rec, stream=True)))
+    assert len(rec.requests) == 3
 
 
 def test_closed_client_refuses():
@@ -667,14 +722,14 @@ def test_trace_lines_refuse_what_the_stdlib_refuses(value, error):
 
 
 def test_invalid_json_response_keeps_the_stdlib_message():
-    rec = Recorder(httpx.Response(200, content=b'{"choices": [1,'))
+    # since issue 24 only a body the stdlib parses with its NaN/Infinity literals reaches this code
+    text = '{"choices": [{"message": {"content": "x"}}], "n": NaN}'
+    rec = Recorder(httpx.Response(200, content=text.encode()))
     out = run(complete(make_client(rec)))
-    try:
-        json.loads('{"choices": [1,')
-    except json.JSONDecodeError as exc:
-        message = f"model response is not valid JSON: {exc}"
-    assert out.protocol_error == {"code": "invalid_json_response", "message": message}
-    assert out.raw_response == {"text": '{"choices": [1,'}
+    assert len(rec.requests) == 1
+    assert out.protocol_error is not None and out.protocol_error["code"] == "invalid_json_response"
+    assert out.protocol_error["message"].startswith("model response is not valid JSON: NaN is not a finite number")
+    assert out.raw_response == {"text": text}
 
 
 @pytest.mark.parametrize("stream", [False, True])
