@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import json_list
+from shopsimrl_core.analysis._power import detection_z, minimum_detectable_difference, variance_components
 from shopsimrl_core.analysis._stats import paired_bootstrap_ci
 
 __all__ = ["CHECKPOINT_COMPARISON_SCHEMA", "compare_runs"]
 
 CHECKPOINT_COMPARISON_SCHEMA = "shopsimrl-checkpoint-comparison-v1"
+POWER = 0.8
+"""The power at which every comparison reports its minimum detectable difference."""
 
 _ALIGNED_FIELDS = ("task_split", "task_ids_sha256", "jobs", "environment", "runtime", "prompt", "skills")
 INTENDED_FIELDS = ("task_split", "jobs", "environment", "runtime", "prompt", "skills", "model")
@@ -126,6 +129,11 @@ def compare_runs(
     percentile bootstrap interval. ``flips`` counts tasks whose success (``r_success`` mean ≥ 0.5)
     changed in each direction.
 
+    Every metric also reports its power (additive): ``sd_difference``, the
+    ``minimum_detectable_difference`` at 80 % power and α = 1 − *confidence_level* (normal paired
+    design, ``analysis._power``), ``within_noise`` where the interval covers 0, and with repeats the
+    ``variance_components`` that let ``shopsimrl power`` plan another number of repeats.
+
     *intended* names plan fields (``INTENDED_FIELDS``) whose differences are the point of the
     comparison, e.g. ``("skills",)`` for a bare run against a skills run of the same plan: those are
     reported (``alignment.intended``; ``alignment.unintended_differences`` is then empty), every other
@@ -184,10 +192,17 @@ def compare_runs(
     metric_names = metric_names or []
 
     metrics_out: dict[str, Any] = {}
+    repeated = paired_episodes > len(task_keys)
+    alpha = 1 - confidence_level
     for metric in metric_names:
         a_vals, b_vals, diffs = [], [], []
+        episode_diffs: list[float] = []
+        episode_tasks: list[tuple[str, int]] = []
         for key in task_keys:
             pairs = pairs_by_task[key]
+            if repeated:
+                episode_diffs.extend(p[1][metric] - p[0][metric] for p in pairs)
+                episode_tasks.extend(key for _ in pairs)
             a_mean = math.fsum(p[0][metric] for p in pairs) / len(pairs)
             b_mean = math.fsum(p[1][metric] for p in pairs) / len(pairs)
             a_vals.append(a_mean)
@@ -209,6 +224,7 @@ def compare_runs(
             "confidence_interval": list(ci) if ci else None,
             "pairs": n,
         }
+        metrics_out[metric].update(_power_fields(diffs, ci, alpha, episode_diffs, episode_tasks))
 
     flips = None
     if "r_success" in metric_names:
@@ -270,5 +286,46 @@ def compare_runs(
             },
             "metrics": metrics_out,
             "flips": flips,
+            "power": {
+                "method": "normal_paired_difference",
+                "alpha": alpha,
+                "power": POWER,
+                "z": detection_z(alpha, POWER),
+                "minimum_detectable_difference": "z * sd_difference / sqrt(pairs), z = z_{1-alpha/2} + z_{power}",
+                "within_noise": "the confidence interval covers 0",
+            },
         },
     }
+
+
+def _power_fields(
+    diffs: list[float],
+    ci: tuple[float, float] | None,
+    alpha: float,
+    episode_diffs: list[float],
+    episode_tasks: list[tuple[str, int]],
+) -> dict[str, Any]:
+    """Additive power keys of one metric (docs/statistics.md).
+
+    ``sd_difference`` (n − 1) of the task-level differences, the ``minimum_detectable_difference`` at
+    80 % power and level *alpha*, ``within_noise`` (the interval covers 0) and, with repeats, the
+    ``variance_components`` of the episode-level differences.
+    """
+    import statistics
+
+    sd = statistics.stdev(diffs) if len(diffs) >= 2 else None
+    out: dict[str, Any] = {
+        "sd_difference": sd,
+        "minimum_detectable_difference": minimum_detectable_difference(
+            None if sd is None else sd * sd, len(diffs), alpha=alpha, power=POWER
+        ),
+        "within_noise": None if ci is None else bool(ci[0] <= 0.0 <= ci[1]),
+    }
+    components = variance_components(episode_diffs, episode_tasks) if episode_diffs else None
+    if components is not None:
+        out["variance_components"] = {
+            "between_task": components.between,
+            "within_task": components.within,
+            "repeats": components.repeats,
+        }
+    return out

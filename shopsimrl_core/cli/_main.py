@@ -33,6 +33,7 @@ __all__ = ["main", "build_parser"]
 _EXTENSIONS: list[str] = [
     "shopsimrl_core.cli._skills_verbs:register_skills_cli",
     "shopsimrl_core.viewer._app:register_view_cli",
+    "shopsimrl_core.cli._power_verbs:register_power_cli",
 ]
 
 

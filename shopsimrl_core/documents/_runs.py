@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from shopsimrl_core._versions import MANIFEST_SCHEMA, SUMMARY_SCHEMA, TRACE_SCHEMA
-from shopsimrl_core.documents._base import Document, Int, Number, Part, Str
+from shopsimrl_core.documents._base import Bool, Document, Int, Number, Part, Str
 
 __all__ = [
     "Job",
@@ -248,6 +248,16 @@ class ComparisonMetric(Part):
     mean_difference: Number
     confidence_interval: list[Number] | None
     pairs: Int
+    sd_difference: Number | None = None
+    """Additive: sample SD (n − 1) of the task-level differences."""
+    minimum_detectable_difference: Number | None = None
+    """Additive: smallest true difference this design detects with ``paired.power.power`` at level
+    ``paired.power.alpha``: ``z · sd_difference / √pairs`` (docs/statistics.md)."""
+    within_noise: Bool | None = None
+    """Additive: the confidence interval covers 0 (the difference is indistinguishable from noise)."""
+    variance_components: dict[str, Number | None] | None = None
+    """Additive, with repeats: ``between_task`` and ``within_task`` variance of the episode-level
+    differences and the observed ``repeats``, so another number of repeats can be planned."""
 
 
 class ComparisonPaired(Part):
@@ -259,6 +269,9 @@ class ComparisonPaired(Part):
     bootstrap: dict[str, Any]
     metrics: dict[str, ComparisonMetric]
     flips: dict[str, Int] | None
+    power: dict[str, Any] | None = None
+    """Additive: how ``minimum_detectable_difference`` and ``within_noise`` were computed (method, alpha,
+    power, z)."""
 
 
 class CheckpointComparison(Document):
