@@ -193,7 +193,7 @@ def compare_runs(
 
     metrics_out: dict[str, Any] = {}
     repeated = paired_episodes > len(task_keys)
-    alpha = 1 - confidence_level
+    alpha = round(1 - confidence_level, 12)  # 0.05, not 0.050000000000000044
     for metric in metric_names:
         a_vals, b_vals, diffs = [], [], []
         episode_diffs: list[float] = []
