@@ -8,6 +8,10 @@ published tables reproduce published coefficients bit for bit.
 Beyond the legacy harness, ``bootstrap_coefficients`` reports task-level bootstrap intervals for
 every coefficient (runtime-semantics §23 item 12). The RNG is recorded: CPython ``random.Random`` seeded with
 ``u64_be(SHA-256("{seed}:{metric}")[0:8])``, the convention of the paired comparison (§20).
+
+``sign_flip_noise_bar`` calibrates "indistinguishable from noise" on the data (issue 23): under no
+effect at all each pair's delta is as likely positive as negative, so flipping the signs of the
+deltas at random and refitting draws the largest |β| a gate would see by chance.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = [
     "fit_no_intercept_ols",
     "check_design",
     "bootstrap_coefficients",
+    "sign_flip_noise_bar",
     "metric_seed",
 ]
 
@@ -179,4 +184,66 @@ def bootstrap_coefficients(
         "valid_samples": samples - skipped,
         "skipped_rank_deficient": skipped,
         "intervals": intervals,
+    }
+
+
+def sign_flip_noise_bar(
+    design: Sequence[Sequence[int]],
+    deltas: Sequence[float],
+    coefficients: Sequence[float],
+    *,
+    metric: str,
+    samples: int = 1000,
+    seed: int = 20260901,
+    quantile: float = 0.95,
+) -> dict[str, Any]:
+    """The largest |β| no effect produces: a sign-flip permutation distribution of ``max_j |β_j|``.
+
+    Under the null of no chunk effect the paired deltas are symmetric around 0 (treated and bare
+    episodes of a pair are exchangeable), so each replicate multiplies every delta by an independent
+    random sign (numpy ``default_rng(metric_seed(seed, "sign_flip:" + metric))``), refits the same
+    design by least squares and keeps ``max_j |β*_j|``. ``noise_bar`` is its *quantile* (interpolated
+    at ``p·(B−1)`` as runtime-semantics §20 does), ``median_max_abs`` its median. ``adjusted_p_values``
+    are the single-step max-T p-values of the observed *coefficients* (Westfall & Young 1993),
+    ``(1 + #{max|β*| ≥ |β_j|}) / (B + 1)`` (Phipson & Smyth 2010): a chunk with p < 1 − *quantile*
+    is above the bar, and selecting only those keeps the chance of selecting any null chunk at most
+    1 − *quantile* (family-wise).
+
+    Raises:
+        SkillError: as :func:`fit_no_intercept_ols` (``ols-invalid-design`` ...).
+    """
+    import numpy as np
+
+    _validate(design, deltas)
+    x = np.asarray(design, dtype=np.float64)
+    d = np.asarray(deltas, dtype=np.float64)
+    try:
+        hat = np.linalg.solve(x.T @ x, x.T)  # p × n: β = hat @ deltas
+    except np.linalg.LinAlgError:
+        raise SkillError(RANK_DEFICIENT_MESSAGE, code="rank-deficient-design") from None
+    s = metric_seed(seed, f"sign_flip:{metric}")
+    rng = np.random.default_rng(s)
+    n = len(d)
+    block = max(1, 65_536 // max(n, 1))
+    maxima: list[float] = []
+    remaining = samples
+    while remaining > 0:
+        size = min(block, remaining)
+        signs = rng.integers(0, 2, size=(size, n)) * 2 - 1
+        betas = (signs * d) @ hat.T  # size × p
+        maxima.extend(np.abs(betas).max(axis=1).tolist())
+        remaining -= size
+    maxima.sort()
+    observed = np.abs(np.asarray(coefficients, dtype=np.float64))
+    exceed = len(maxima) - np.searchsorted(np.asarray(maxima), observed, side="left")
+    return {
+        "method": "sign_flip_max_abs_coefficient",
+        "samples": samples,
+        "seed": seed,
+        "metric_seed": s,
+        "seed_derivation": "u64_be(sha256('{seed}:sign_flip:{metric}')[0:8])",
+        "quantile": quantile,
+        "noise_bar": percentile_interpolated(maxima, quantile),
+        "median_max_abs": percentile_interpolated(maxima, 0.5),
+        "adjusted_p_values": [(1 + int(e)) / (samples + 1) for e in exceed],
     }

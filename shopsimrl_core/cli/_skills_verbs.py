@@ -73,7 +73,7 @@ def _cmd_gate_a(args: argparse.Namespace) -> int:
     settings = GateAConfig(output_dir=Path(args.output_dir), experiment_config=Path(args.experiment_config),
                            bare_run_dir=Path(args.bare_run_dir), draft_path=Path(args.draft_path),
                            mask_seed=args.mask_seed, active_skill_budget=args.active_skill_budget,
-                           bootstrap_samples=args.bootstrap_samples)
+                           bootstrap_samples=args.bootstrap_samples, selection_rule=args.selection_rule)
     if args.plan:
         _print(plan_gate_a(settings))
         return 0
@@ -179,6 +179,8 @@ def register_skills_cli(subparsers: Any) -> None:
     g.add_argument("--mask-seed", type=int, default=20260901)
     g.add_argument("--active-skill-budget", type=int, default=None)
     g.add_argument("--bootstrap-samples", type=int, default=1000)
+    g.add_argument("--selection-rule", choices=["published", "above_noise"], default="published",
+                   help="published: β > 0, top K (§16.3); above_noise: also above the sign-flip noise bar")
     g.add_argument(
         "--plan", action="store_true", help="print the gate plan (reads and checks the bare run; no rollouts)"
     )

@@ -230,9 +230,14 @@ class ChunkContribution(Part):
     title: Str | None
     coefficient: Number
     rank: Int
-    status: Literal["selected", "budget_excluded", "non_positive"]
+    status: Literal["selected", "budget_excluded", "non_positive", "within_noise"]
     auxiliary_coefficients: dict[str, Number]
     confidence_interval: list[Number] | None
+    within_noise: Bool | None = None
+    """Additive: ``|coefficient|`` is at most the sign-flip noise bar (``estimates.reward.noise_bar``):
+    indistinguishable from what no effect produces (docs/statistics.md)."""
+    adjusted_p_value: Number | None = None
+    """Additive: single-step max-T sign-flip p-value of the coefficient (multiplicity-adjusted)."""
 
 
 class ChunkContributions(Document):
@@ -271,6 +276,11 @@ class OnlineContribution(Part):
     status: Literal["selected", "retired", "non_positive", "budget_excluded", "rewrite_loser"]
     auxiliary_coefficients: dict[str, Number]
     confidence_interval: list[Number] | None
+    within_noise: Bool | None = None
+    """Additive: ``|coefficient|`` is at most the sign-flip noise bar (``estimates.reward.noise_bar``):
+    indistinguishable from what no effect produces (docs/statistics.md)."""
+    adjusted_p_value: Number | None = None
+    """Additive: single-step max-T sign-flip p-value of the coefficient (multiplicity-adjusted)."""
 
 
 class OnlineContributions(Document):

@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import fingerprint, write_json_atomic, write_text_atomic
-from shopsimrl_core.analysis._ols import bootstrap_coefficients, check_design, fit_no_intercept_ols
+from shopsimrl_core.analysis._ols import (
+    bootstrap_coefficients,
+    check_design,
+    fit_no_intercept_ols,
+    sign_flip_noise_bar,
+)
 from shopsimrl_core.documents._base import Document
 from shopsimrl_core.documents._registry import document_for
 from shopsimrl_core.skills._pairing import (
@@ -112,10 +117,16 @@ def estimate(
     bootstrap_samples: int = 1000,
     bootstrap_seed: int = 20260901,
     confidence_level: float = 0.95,
+    noise_samples: int = 1000,
+    noise_quantile: float = 0.95,
 ) -> dict[str, dict[str, Any]]:
     """Per metric: coefficients (§15), observation means and task-bootstrap intervals (additive).
 
-    The means are correctly rounded (``math.fsum``), as the published ones are.
+    The means are correctly rounded (``math.fsum``), as the published ones are. For the primary
+    outcome (``reward``) and *noise_samples* > 0 the estimate also carries the sign-flip
+    ``noise_bar`` (the *noise_quantile* of the largest |β| under no effect), ``within_noise`` per
+    chunk (``|β| ≤ noise_bar``) and the max-T ``adjusted_p_values`` (``analysis._ols.sign_flip_noise_bar``);
+    they are reported, and used to select only by the ``above_noise`` selection rule.
     """
     design = [r["mask"] for r in rows]
     groups = [r["task_id"] for r in rows]
@@ -148,7 +159,23 @@ def estimate(
         if boot is not None:
             out[metric]["confidence_intervals"] = dict(zip(chunk_ids, boot["intervals"]))
             out[metric]["bootstrap"] = {k: v for k, v in boot.items() if k != "intervals"}
+        if metric == "reward" and noise_samples > 0:
+            noise = sign_flip_noise_bar(
+                design, deltas, beta, metric=metric, samples=noise_samples, seed=bootstrap_seed,
+                quantile=noise_quantile,
+            )
+            bar = noise["noise_bar"]
+            out[metric]["noise_bar"] = {k: v for k, v in noise.items() if k != "adjusted_p_values"}
+            out[metric]["within_noise"] = {c: abs(b) <= bar for c, b in zip(chunk_ids, beta)}
+            out[metric]["adjusted_p_values"] = dict(zip(chunk_ids, noise["adjusted_p_values"]))
     return out
+
+
+def _noise_fields(reward: dict[str, Any], column: str) -> dict[str, Any]:
+    """A contribution row's additive ``within_noise`` / ``adjusted_p_value`` (absent without a noise bar)."""
+    if "within_noise" not in reward:
+        return {}
+    return {"within_noise": reward["within_noise"][column], "adjusted_p_value": reward["adjusted_p_values"][column]}
 
 
 # --------------------------------------------------------------------------- gate plumbing

@@ -42,6 +42,7 @@ from shopsimrl_core.skills._gate import (
     _AssignedSkills,
     _gate_error,
     _load_json,
+    _noise_fields,
     _now,
     finish_gate,
     load_gate_config,
@@ -150,17 +151,42 @@ class AssignedSkillBank(_AssignedSkills):
         return selected
 
 
-def select_chunks(coefficients: dict[str, float], draft_order: Sequence[str], budget: int) -> dict[str, Any]:
-    """Rank by ``(−β, chunk_id)``, keep β > 0 strictly, top *budget*, inject in draft order (§16.3)."""
+SELECTION_RULES: dict[str, str] = {
+    "published": "strictly_positive_top_k",
+    "above_noise": "above_noise_bar_top_k",
+}
+"""Gate A's selection rules → the ``estimator.selection_rule`` they record. ``published`` (§16.3, the
+default) reproduces published rounds; ``above_noise`` also drops chunks whose coefficient is within the
+sign-flip noise bar, which keeps the chance of selecting any no-effect chunk at most 5 % (docs/statistics.md)."""
+
+
+def select_chunks(
+    coefficients: dict[str, float],
+    draft_order: Sequence[str],
+    budget: int,
+    *,
+    within_noise: dict[str, bool] | None = None,
+) -> dict[str, Any]:
+    """Rank by ``(−β, chunk_id)``, keep β > 0 strictly, top *budget*, inject in draft order (§16.3).
+
+    With *within_noise* (the ``above_noise`` rule) a positive chunk marked there is not eligible and
+    gets the status ``within_noise``; ranks stay those of §16.3.
+    """
     ranked = sorted(draft_order, key=lambda c: (-coefficients[c], c))
     rank = {c: i for i, c in enumerate(ranked, start=1)}
-    positive = [c for c in ranked if coefficients[c] > 0]
+    noisy = within_noise or {}
+    positive = [c for c in ranked if coefficients[c] > 0 and not noisy.get(c, False)]
     chosen = set(positive[:budget])
-    status = {
-        c: ("selected" if c in chosen else "budget_excluded" if coefficients[c] > 0 else "non_positive")
-        for c in draft_order
-    }
-    return {"rank": rank, "status": status, "selected": [c for c in draft_order if c in chosen]}
+
+    def status(c: str) -> str:
+        if c in chosen:
+            return "selected"
+        if coefficients[c] <= 0:
+            return "non_positive"
+        return "within_noise" if noisy.get(c, False) else "budget_excluded"
+
+    return {"rank": rank, "status": {c: status(c) for c in draft_order},
+            "selected": [c for c in draft_order if c in chosen]}
 
 
 # --------------------------------------------------------------------------- the gate
@@ -182,6 +208,8 @@ class GateAConfig:
     bootstrap_seed: int = 20260901
     confidence_level: float = 0.95
     name: str = "trace2skill-gate-a"
+    selection_rule: str = "published"
+    """``published`` (§16.3) or ``above_noise`` (see ``SELECTION_RULES``)."""
 
 
 def _check_draft(draft: dict[str, Any], bank: dict[str, Any], source: Path) -> list[str]:
@@ -227,6 +255,11 @@ def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     out = Path(settings.output_dir)
     if settings.mask_probability != MASK_PROBABILITY:
         raise _gate_error(f"gate_a.mask_probability must be 0.5 (got {settings.mask_probability})", code="gate-config")
+    if settings.selection_rule not in SELECTION_RULES:
+        raise _gate_error(
+            f"gate_a.selection_rule must be one of {', '.join(SELECTION_RULES)} (got {settings.selection_rule!r})",
+            code="gate-config",
+        )
     config = load_gate_config(settings.experiment_config, out)
     draft_path = Path(settings.draft_path)
     draft = _load_json(draft_path, "initial skill draft", InitialDraft)
@@ -388,7 +421,11 @@ def _decide(
     chunk_ids, assignment_sha = p.chunk_ids, p.assignments["assignment_sha256"]
     coefficients = estimates["reward"]["coefficients"]
     intervals = estimates["reward"].get("confidence_intervals", {})
-    selection = select_chunks(coefficients, chunk_ids, p.budget)
+    noise = estimates["reward"].get("within_noise") if settings.selection_rule == "above_noise" else None
+    if settings.selection_rule == "above_noise" and noise is None:
+        raise _gate_error("gate_a.selection_rule above_noise needs the noise bar; run with noise samples > 0",
+                          code="gate-config")
+    selection = select_chunks(coefficients, chunk_ids, p.budget, within_noise=noise)
     by_id = {c["chunk_id"]: c for c in p.draft["chunks"]}
     aux = [m for m in estimates if m != "reward"]
     contributions = [
@@ -401,6 +438,7 @@ def _decide(
             "status": selection["status"][cid],
             "auxiliary_coefficients": {m: estimates[m]["coefficients"][cid] for m in aux},
             "confidence_interval": intervals.get(cid),
+            **_noise_fields(estimates["reward"], cid),
         }
         for cid in chunk_ids
     ]
@@ -410,7 +448,7 @@ def _decide(
         "fit_intercept": False,
         "baseline": "same_task_bare_validation",
         "primary_outcome": "reward",
-        "selection_rule": "strictly_positive_top_k",
+        "selection_rule": SELECTION_RULES[settings.selection_rule],
         "numerical_zero_tolerance": 1e-12,
     }
     contrib_doc = {

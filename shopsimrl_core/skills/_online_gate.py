@@ -32,6 +32,7 @@ from shopsimrl_core.skills._gate import (
     _AssignedSkills,
     _gate_error,
     _load_json,
+    _noise_fields,
     _now,
     finish_gate,
     load_gate_config,
@@ -336,6 +337,7 @@ def _decide(
             "status": choice["status"][v],
             "auxiliary_coefficients": {m: estimates[m]["coefficients"][v] for m in aux},
             "confidence_interval": intervals.get(v),
+            **_noise_fields(estimates["reward"], v),
         }
         for v in columns
     ]
