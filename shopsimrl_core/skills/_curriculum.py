@@ -6,7 +6,9 @@ fields, and every rollout group's skill assignment is a pure function of ``(seed
 group_key)``, so the same state always assigns the same chunks to the same group.
 
 - ``ρ_c = clip(ρ_min + (ρ_max − ρ_min) · effect_c / scale, ρ_min, ρ_max)``; ``scale`` is the largest
-  active effect unless ``contribution_scale`` is given (mapping ``clipped_linear_positive_contribution``).
+  active effect (``scale_source: largest_active_contribution``, the published name) unless
+  ``contribution_scale`` is given (``given``; mapping ``clipped_linear_positive_contribution``). The
+  top chunk's ρ is therefore ``0.2 + 0.7 · 1.0 = 0.8999999999999999``, as published.
 - A group is skill-free when ``draw("skill-free") < q``; otherwise chunk *c* is included when
   ``draw("chunk:<c>") < ρ_c``, with ``draw(x) = u64_be(SHA-256("{seed}:{state_id}:{group_key}:{x}")[0:8]) / 2⁶⁴``.
   Modes: ``skill_free``, ``assisted`` (≥ 1 chunk) and ``assisted_empty`` (no chunk drawn).
@@ -60,7 +62,7 @@ def build_curriculum(
                          code="curriculum-invalid")
     effects = [_effect(s) for s in active]
     if contribution_scale is None:
-        scale, source = max(effects), "largest_active_effect"
+        scale, source = max(effects), "largest_active_contribution"  # the published documents' name
     else:
         scale, source = float(contribution_scale), "given"
     if scale <= 0:
@@ -69,11 +71,11 @@ def build_curriculum(
     chunks = []
     for record, effect in zip(active, effects):
         rho = min(rho_max, max(rho_min, rho_min + (rho_max - rho_min) * effect / scale))
+        # Only the skill fields and the two curriculum numbers: every key is hashed into state_id, so
+        # a key the published documents lack (e.g. content_sha256) would change every state_id.
         chunks.append({"skill_id": record["skill_id"], "version": str(record.get("version", "1")),
-                       "content": record["content"],
-                       "content_sha256": record.get("content_sha256", fingerprint(record["content"])),
-                       "metadata": dict(record.get("metadata") or {}), "contribution": effect,
-                       "inclusion_probability": rho})
+                       "content": record["content"], "metadata": dict(record.get("metadata") or {}),
+                       "contribution": effect, "inclusion_probability": rho})
     core = {"schema_version": CURRICULUM_SCHEMA, "round_id": round_id, "seed": seed,
             "skill_free_probability": skill_free_probability, "chunks": chunks,
             "source": {"skillbank_path": str(skillbank_path) if skillbank_path is not None else None,
