@@ -8,8 +8,13 @@ async context manager, so the lease is released on every exit path, cancellation
 Rules that matter:
 
 * ``include_private_goal`` is always sent as ``false``: the agent side never sees the goal early.
-* ``interact`` is not idempotent, so no environment call is ever retried automatically; a failed
-  episode is rerun whole by the evaluator, with a fresh lease.
+* A call is repeated (up to ``retry_attempts`` tries, backoff from ``retry_backoff_seconds``
+  doubling to 2 s) only where repeating it is safe (:func:`retry_reason`): ``reset`` before a lease
+  exists, ``release_one`` and ``/healthz`` on 429/5xx and transport failures; ``interact`` and
+  ``terminate``, which are not idempotent, only when the server cannot have acted on the request —
+  HTTP 429 or 503, a connection that was never made, or a reused keep-alive connection the server
+  closed before answering (``TransportError.stale``). Anything else fails the episode, which the
+  evaluator reruns whole with a fresh lease.
 * ``reset`` may block server-side while all slots are leased, so it has no read timeout; it goes
   through its own pool so that blocked resets never starve the calls of running episodes (which
   would deadlock: running episodes could not release their slots).
@@ -20,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import random
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
@@ -36,6 +42,7 @@ __all__ = [
     "EnvironmentSession",
     "sanitize_payload",
     "environment_identity",
+    "retry_reason",
     "TERMINATION_REASONS",
 ]
 
@@ -45,6 +52,49 @@ TERMINATION_REASONS = ("action_limit", "generation_length")
 _LEASE_KEYS = ("env_idx", "lease_id")
 _PRIVATE_RESET_KEYS = ("private_task_instruction", "goal_options", "reason_key")
 _JSON_HEADERS = {"Content-Type": "application/json"}
+#: calls that may be repeated after any 429/5xx or transport failure: no lease exists yet (reset; a 500
+#: rolls its slot back, §5.6), the release of one is idempotent in effect (a second one answers 409,
+#: which counts as released), or nothing changes (healthz)
+_REPEATABLE = frozenset({"reset", "release_one", "healthz"})
+#: the contract's own reset refusals (§5.1): the same answer again, never worth a retry
+_RESET_REFUSALS = (
+    "reset must not include env_idx",
+    "reset action requires idx parameter",
+    "task idx must be an integer",
+    "unknown or inactive task_id",
+    "unsupported interaction_mode",
+)
+#: failures that prove the server never acted on the request: no connection was made
+_NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "UnsupportedProtocol"})
+
+
+def retry_reason(action: str, *, status: int | None = None, error: str | None = None,
+                 failure: TransportError | None = None) -> str | None:
+    """Why *action* may be sent again after this failure, or None when it must not be.
+
+    *status* and *error* describe an HTTP answer (``result.error``), *failure* a request without one.
+    ``interact`` and ``terminate`` are not idempotent (a repeat after a lost answer would consume
+    another action, http-contract §5.2), so they are repeated only when the server cannot have acted:
+    HTTP 429 or 503 (the server or a gateway in front of it refused the request), a connection never
+    made, or a stale keep-alive connection the server closed before reading the request.
+    """
+    if failure is not None:
+        if failure.stale:
+            return "the server closed an idle keep-alive connection as the request was sent"
+        if failure.kind in _NOT_SENT:
+            return f"{failure.kind}: the request never reached the server"
+        if action in _REPEATABLE and failure.kind != "UnsupportedProtocol":
+            return f"{failure.kind} on {action}, which is safe to repeat"
+        return None
+    if status is None:
+        return None
+    if status in (429, 503):
+        return f"HTTP {status}: the request was refused before it was handled"
+    if action in _REPEATABLE and status in (500, 502, 504):
+        if action == "reset" and error is not None and any(text in error for text in _RESET_REFUSALS):
+            return None
+        return f"HTTP {status} on {action}, which is safe to repeat"
+    return None
 
 
 def sanitize_payload(payload: dict[str, Any], *, reset: bool = False) -> dict[str, Any]:
@@ -71,7 +121,10 @@ class ShopSimulatorClient:
     seam, shared by both pools; it wins over ``http_transport``); ``http_transport`` (``auto`` |
     ``aiohttp`` | ``httpx``, see ``_http.py``); ``expected_environment_versions`` (None: any version
     accepted and recorded); ``expected_observation_versions`` (None: the versions this runtime
-    knows; an empty collection disables the check).
+    knows; an empty collection disables the check); ``retry_attempts`` (total tries of one call
+    where repeating it is safe, see :func:`retry_reason`) and ``retry_backoff_seconds`` (first
+    backoff, doubling to 2 s, jittered); ``keepalive_expiry`` (seconds an idle pooled connection is
+    kept; None: the engine's 4 s, lowered when the server turns out to close idle connections sooner).
     """
 
     def __init__(
@@ -85,7 +138,20 @@ class ShopSimulatorClient:
         expected_environment_versions: Iterable[str] | None = None,
         expected_observation_versions: Iterable[str] | None = None,
         http_transport: str = "auto",
+        retry_attempts: int = 4,
+        retry_backoff_seconds: float = 0.1,
+        keepalive_expiry: float | None = None,
     ) -> None:
+        if retry_attempts < 1:
+            raise ValueError("retry_attempts counts total tries of one call and must be >= 1")
+        self.retry_attempts = retry_attempts
+        self.retry_backoff_seconds = retry_backoff_seconds
+        self.keepalive_expiry = keepalive_expiry
+        self.retries = 0
+        """Calls repeated so far (after a failure :func:`retry_reason` found safe to repeat)."""
+        # seams for tests: the sleep used for backoff and the jitter source
+        self.sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+        self.rng = random.Random()
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/api/shop_agent"
         self.timeout = timeout
@@ -131,6 +197,7 @@ class ShopSimulatorClient:
                     max_connections=self.max_connections,
                     trust_env=False,
                     transport=self._transport,
+                    keepalive_expiry=self.keepalive_expiry,
                 )
 
             self._step_client = engine(self.timeout)
@@ -200,12 +267,23 @@ class ShopSimulatorClient:
             ShopSimulatorError: unreachable server, non-200 status or a non-object body.
         """
         step, _ = self._clients()
-        try:
-            response = await step.request("GET", self.base_url + "/healthz")
-        except TransportError as exc:
-            raise ShopSimulatorError(
-                f"environment health check failed: {exc}; is the server at {self.base_url} running?"
-            ) from exc
+        tries = 0
+        while True:
+            tries += 1
+            reason: str | None = None
+            try:
+                response = await step.request("GET", self.base_url + "/healthz")
+            except TransportError as exc:
+                reason = retry_reason("healthz", failure=exc)
+                if reason is None or tries >= self.retry_attempts:
+                    raise ShopSimulatorError(
+                        f"environment health check failed: {exc}; is the server at {self.base_url} running?"
+                    ) from exc
+            else:
+                reason = retry_reason("healthz", status=response.status) if response.status != 200 else None
+                if reason is None or tries >= self.retry_attempts:
+                    break
+            await self._backoff(tries, "healthz", reason)
         if response.status != 200:
             raise ShopSimulatorError(f"environment health check answered HTTP {response.status}: {response.text[:300]}")
         try:
@@ -218,16 +296,43 @@ class ShopSimulatorClient:
 
     # -- transport ------------------------------------------------------------------------------
 
+    async def _backoff(self, tries: int, action: str, reason: str) -> None:
+        self.retries += 1
+        delay = min(self.retry_backoff_seconds * 2 ** (tries - 1), 2.0)
+        logger.info("environment %s repeated after try %d (%s)", action, tries, reason)
+        await self.sleep(delay * (0.5 + 0.5 * self.rng.random()))
+
     async def _post(self, payload: dict[str, Any], *, env_idx: int | None = None) -> dict[str, Any]:
-        """Send one envelope and return ``result``; every failure becomes a ShopSimulatorError."""
+        """Send one envelope and return ``result``; every failure becomes a ShopSimulatorError.
+
+        A failure :func:`retry_reason` finds safe to repeat is retried (``retry_attempts`` tries in all).
+        """
+        body = dumps(payload)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._post_once(payload, body, env_idx)
+            except ShopSimulatorError as exc:
+                reason = getattr(exc, "retry", None)
+                if reason is None or tries >= self.retry_attempts:
+                    if tries > 1:
+                        exc.args = (f"{exc.args[0]} (after {tries} tries)", *exc.args[1:])
+                    raise
+            await self._backoff(tries, payload["action"], reason)
+
+    async def _post_once(self, payload: dict[str, Any], content: bytes, env_idx: int | None) -> dict[str, Any]:
         step, reset = self._clients()
         client = reset if payload["action"] == "reset" else step
         action = payload["action"]
         try:
-            response = await client.request("POST", self.url, dumps(payload), _JSON_HEADERS)
+            response = await client.request("POST", self.url, content, _JSON_HEADERS)
         except TransportError as exc:
             raise ShopSimulatorError(
-                f"environment {action} request failed: {exc}", env_idx=env_idx, action=action
+                f"environment {action} request failed: {exc}",
+                env_idx=env_idx,
+                action=action,
+                retry=retry_reason(action, failure=exc),
             ) from exc
         status = response.status
         undecodable = ""
@@ -251,6 +356,7 @@ class ShopSimulatorClient:
                 env_idx=env_idx,
                 action=action,
                 status=status,
+                retry=retry_reason(action, status=status, error=error if isinstance(error, str) else None),
             )
         if not isinstance(result, dict):
             raise ShopSimulatorError(

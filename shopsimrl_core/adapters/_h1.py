@@ -31,6 +31,7 @@ from shopsimrl_core.adapters._h1_connection import Connection, charset
 from shopsimrl_core.adapters._http import (
     _DEFAULT,
     KEEPALIVE_EXPIRY,
+    MIN_KEEPALIVE_EXPIRY,
     Reply,
     StreamReply,
     TransportError,
@@ -92,7 +93,8 @@ class H1Engine(_Engine):
 
     ``max_connections`` bounds open connections (per engine, all origins); more requests wait in
     order, without a timeout. Idle connections are reused newest first and closed after
-    ``keepalive_expiry`` seconds. No proxies, no cookies, no redirects, no ``.netrc``.
+    ``keepalive_expiry`` seconds; a server that closes idle connections sooner lowers it
+    (``_learn_expiry``). No proxies, no cookies, no redirects, no ``.netrc``.
     """
 
     #: the environment's proxy settings are never read (``select_transport`` routes those URLs elsewhere)
@@ -150,11 +152,21 @@ class H1Engine(_Engine):
             if conn.closed:
                 continue
             # the connection's own loop: asyncio.get_running_loop() makes a getpid() syscall on 3.11
-            if self._expired(conn, conn.loop.time()):
+            now = conn.loop.time()
+            if self._expired(conn, now):
                 conn.close()
                 continue
+            conn.idle_for = now - conn.idle_since
             return conn
         return None
+
+    def _learn_expiry(self, idle_for: float) -> None:
+        """A server closed a connection idle for *idle_for* s: keep idle ones at most half that long from now on.
+
+        (Not below ``MIN_KEEPALIVE_EXPIRY``; a connection that died sooner points at a restart, not a timeout.)
+        """
+        if idle_for >= 2 * MIN_KEEPALIVE_EXPIRY:
+            self.keepalive_expiry = min(self.keepalive_expiry, idle_for / 2)
 
     def _expired(self, conn: Connection, now: float) -> bool:
         return now - conn.idle_since >= self.keepalive_expiry
@@ -258,9 +270,11 @@ class H1Engine(_Engine):
                 except TransportError as exc:
                     conn.close()
                     # a reused connection the server had closed, no byte of an answer: resend once if idempotent
-                    if (attempt == 0 and conn.reused and not conn.started and method in _IDEMPOTENT
-                            and exc.kind == "RemoteProtocolError"):
-                        continue
+                    if conn.reused and not conn.started and exc.kind == "RemoteProtocolError":
+                        exc.stale = True
+                        self._learn_expiry(conn.idle_for)
+                        if attempt == 0 and method in _IDEMPOTENT:
+                            continue
                     raise
                 except BaseException:
                     conn.close()

@@ -56,6 +56,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.idle_since = 0.0
+        self.idle_for = 0.0  # how long it sat idle before its current exchange
         self._done: asyncio.Future[None] | None = None  # the exchange ended (complete or failed)
         self._wake: asyncio.Future[None] | None = None  # a streaming reader waits for more
         self._drain: asyncio.Future[None] | None = None

@@ -27,8 +27,12 @@ Rules every engine keeps (the retry logic above relies on them):
   ``"<Kind>: <detail>"`` with httpx's kind names (``ConnectError``, ``ConnectTimeout``,
   ``ReadTimeout``, ``ReadError``, ``WriteError``, ``RemoteProtocolError``, …).
 
-Idle connections are closed after :data:`KEEPALIVE_EXPIRY` seconds, below common server keep-alive
-timeouts (uvicorn: 5 s), so a request rarely races the server closing the connection it is sent on.
+Idle connections are closed after :data:`KEEPALIVE_EXPIRY` seconds (``keepalive_expiry`` overrides
+it), below common server keep-alive timeouts (uvicorn: 5 s), so a request rarely races the server
+closing the connection it is sent on. The h1 engine also learns a shorter server timeout: when a
+reused connection turns out closed before any answer byte, its expiry drops to half that
+connection's idle time (not below :data:`MIN_KEEPALIVE_EXPIRY`), and the error says so
+(``TransportError.stale``) so that a caller may resend what the server never read.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ __all__ = [
     "HttpxEngine",
     "HTTP_TRANSPORT_MODES",
     "KEEPALIVE_EXPIRY",
+    "MIN_KEEPALIVE_EXPIRY",
     "Reply",
     "TransportError",
     "build_engine",
@@ -55,6 +60,8 @@ __all__ = [
 
 HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "h1", "aiohttp", "httpx")
 KEEPALIVE_EXPIRY = 4.0
+#: the h1 engine never learns an idle expiry below this (seconds)
+MIN_KEEPALIVE_EXPIRY = 0.25
 
 
 # -- engine interface ---------------------------------------------------------------------------
@@ -69,6 +76,10 @@ class TransportError(Exception):
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
+        self.stale = False
+        """True when a reused keep-alive connection was closed by the server before any byte of an
+        answer arrived: the signature of a server closing an idle connection just as the request was
+        sent, which it then never read (set by the h1 engine; the other engines cannot tell)."""
 
 
 class Reply:
@@ -465,11 +476,17 @@ def select_transport(url: str, *, mode: str = "auto", trust_env: bool = False) -
 
 
 def build_engine(url: str, *, mode: str, timeout: float, read_timeout: float | None, max_connections: int,
-                 trust_env: bool, transport: httpx.AsyncBaseTransport | None = None) -> _Engine:
+                 trust_env: bool, transport: httpx.AsyncBaseTransport | None = None,
+                 keepalive_expiry: float | None = None) -> _Engine:
     """The engine for *url*.
 
     An explicit httpx *transport* wins (httpx engine over it), else :func:`select_transport` decides.
+    *keepalive_expiry* (seconds an idle connection is kept; None: :data:`KEEPALIVE_EXPIRY`) applies to
+    the h1 and aiohttp engines.
     """
+    expiry = KEEPALIVE_EXPIRY if keepalive_expiry is None else keepalive_expiry
+    if not expiry > 0:
+        raise ValueError(f"keepalive_expiry must be > 0 seconds (got {keepalive_expiry!r})")
     chosen = "httpx" if transport is not None else select_transport(url, mode=mode, trust_env=trust_env)
     if chosen == "httpx":
         return HttpxEngine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
@@ -477,7 +494,9 @@ def build_engine(url: str, *, mode: str, timeout: float, read_timeout: float | N
     if chosen == "h1":
         from shopsimrl_core.adapters._h1 import H1Engine
 
-        return H1Engine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections)
+        return H1Engine(timeout=timeout, read_timeout=read_timeout, max_connections=max_connections,
+                        keepalive_expiry=expiry)
     return AiohttpEngine(
-        timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env
+        timeout=timeout, read_timeout=read_timeout, max_connections=max_connections, trust_env=trust_env,
+        keepalive_expiry=expiry,
     )

@@ -376,10 +376,17 @@ def environment_client(environment: Any, *, persona: bool, transport: Any = None
     """
     from shopsimrl_core.adapters._environment import ShopSimulatorClient
 
+    # Keys a config may not have yet (issue 24): repeated calls and the idle expiry keep their defaults then.
+    tuning: dict[str, Any] = {}
+    for key, argument in (("call_retry_attempts", "retry_attempts"), ("keepalive_expiry_seconds", "keepalive_expiry")):
+        value = getattr(environment, key, None)
+        if value is not None:
+            tuning[argument] = value
+
     def client(url: str) -> ShopSimulatorClient:
         return ShopSimulatorClient(base_url=url, timeout=environment.timeout, persona=persona,
                                    max_connections=environment.max_connections, transport=transport,
-                                   http_transport=environment.http_transport)
+                                   http_transport=environment.http_transport, **tuning)
 
     urls = list(getattr(environment, "base_urls", None) or [])
     if not urls:

@@ -205,15 +205,152 @@ def test_release_409_is_ignored_and_close_is_idempotent():
     assert [r["action"] for r in shop.requests] == ["reset", "release_one"]
 
 
-def test_release_error_other_than_409_is_raised():
+def fast(env: ShopSimulatorClient) -> ShopSimulatorClient:
+    """The client with its backoff sleeps recorded instead of slept."""
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    env.sleep = sleep
+    env.slept = sleeps  # type: ignore[attr-defined]
+    return env
+
+
+def test_release_error_other_than_409_is_raised_after_its_retries():
+    shop = FakeShop(fail={"release_one": httpx.Response(500, json={"result": {"error": "release failed"}})})
+
     async def go():
-        async with client(FakeShop(release_status=500)) as env:
+        async with fast(client(shop)) as env:
             session = env.session()
             await session.reset(1)
-            with pytest.raises(ShopSimulatorError, match="release_one failed with HTTP 500"):
+            with pytest.raises(ShopSimulatorError, match=r"release_one failed with HTTP 500: release failed \(after 4"):
                 await session.close()
 
     run(go())
+    assert [r["action"] for r in shop.requests] == ["reset"] + ["release_one"] * 4
+
+
+def test_a_release_whose_500_freed_the_slot_is_released_by_its_retry():
+    shop = FakeShop(release_status=500)  # frees the lease, then answers 500: the retry gets 409 = released
+
+    async def go():
+        async with fast(client(shop)) as env:
+            session = env.session()
+            await session.reset(1)
+            await session.close()
+
+    run(go())
+    assert [r["action"] for r in shop.requests] == ["reset", "release_one", "release_one"]
+
+
+class Flaky:
+    """Answers the listed failures for an action, in order, then passes the request on to *shop*."""
+
+    def __init__(self, shop: FakeShop, **failures: list) -> None:
+        self.shop = shop
+        self.failures = {action: list(answers) for action, answers in failures.items()}
+        self.seen: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        action = json.loads(request.content)["action"]
+        self.seen.append(action)
+        pending = self.failures.get(action)
+        if pending:
+            answer = pending.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return self.shop(request)
+
+
+def _fault(status: int, error: str = "injected fault") -> httpx.Response:
+    return httpx.Response(status, json={"result": {"error": error}})
+
+
+@pytest.mark.parametrize(
+    "failures",
+    [
+        [_fault(503), _fault(500), _fault(502)],
+        [httpx.ConnectError("refused"), httpx.RemoteProtocolError("Server disconnected"), _fault(504)],
+        [_fault(429)],
+    ],
+    ids=["5xx", "transport", "429"],
+)
+def test_reset_is_repeated_on_5xx_and_transport_failures(failures):
+    shop = FakeShop()
+    flaky = Flaky(shop, reset=failures)
+
+    async def go():
+        async with fast(client(flaky)) as env:
+            async with env.session() as session:
+                await session.reset(19)
+            return env
+
+    env = run(go())
+    assert flaky.seen == ["reset"] * (len(failures) + 1) + ["release_one"]
+    assert env.retries == len(failures) and len(env.slept) == len(failures)
+    assert all(0.0 < s <= 2.0 for s in env.slept)
+
+
+def test_a_reset_refused_by_the_contract_is_not_repeated():
+    shop = FakeShop(fail={"reset": _fault(500, "'unknown or inactive task_id 7'")})
+
+    async def go():
+        async with fast(client(shop)) as env:
+            with pytest.raises(ShopSimulatorError, match="unknown or inactive task_id 7"):
+                await env.session().reset(7)
+
+    run(go())
+    assert [r["action"] for r in shop.requests] == ["reset"]
+
+
+def test_interact_is_repeated_only_when_the_server_cannot_have_acted():
+    shop = FakeShop()
+    stale = httpx.RemoteProtocolError("x")
+    flaky = Flaky(shop, interact=[_fault(503), _fault(429), httpx.ConnectError("refused")])
+
+    async def go():
+        async with fast(client(flaky)) as env:
+            async with env.session() as session:
+                await session.reset(19)
+                await session.interact("search[围巾]")
+                for answer in (_fault(500), _fault(502), _fault(504), stale):
+                    flaky.failures["interact"] = [answer]
+                    with pytest.raises(ShopSimulatorError) as caught:
+                        await session.interact("click[p1]")
+                    assert "after" not in str(caught.value)  # one try: it may have been applied
+
+    run(go())
+    assert shop.actions_of("interact") == ["search[围巾]"]  # the failed ones never reached the shop
+    assert flaky.seen.count("interact") == 4 + 4
+
+
+def test_retry_attempts_bound_the_tries():
+    shop = FakeShop(fail={"reset": _fault(503)})
+
+    async def go():
+        async with fast(client(shop, retry_attempts=2)) as env:
+            with pytest.raises(ShopSimulatorError, match=r"HTTP 503: injected fault \(after 2 tries\)"):
+                await env.session().reset(1)
+
+    run(go())
+    assert len(shop.requests) == 2
+    with pytest.raises(ValueError, match="retry_attempts"):
+        client(shop, retry_attempts=0)
+
+
+def test_health_is_repeated_on_5xx():
+    answers = [httpx.Response(503, text="busy"), httpx.Response(200, json={"ready": True, "free_slots": 2})]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0)
+
+    async def go():
+        async with fast(client(handler)) as env:
+            return await env.health(), env.retries
+
+    assert run(go()) == ({"ready": True, "free_slots": 2}, 1)
 
 
 def test_environment_version_pinning():

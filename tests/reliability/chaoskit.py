@@ -155,11 +155,23 @@ class DropProxy:
     found in it draws against its rate; a hit closes both sides **before** the chunk is forwarded, so
     the server never sees that request (a dropped connection, as on a flaky network). ``blackout``
     refuses every new connection and drops every chunk while set.
+
+    With *idle_close_s* it also behaves like a server with a short keep-alive timeout: a connection
+    on which no byte moved for that long, with no request waiting for its answer, is closed (a
+    request arriving in that instant is never forwarded; the client sees the connection reset).
+    ``closed_idle`` counts those closes.
     """
 
-    def __init__(self, target_port: int, markers: dict[bytes, float] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        target_port: int,
+        markers: dict[bytes, float] | None = None,
+        seed: int = 0,
+        idle_close_s: float | None = None,
+    ) -> None:
         self.target_port = target_port
         self.markers = dict(markers or {})
+        self.idle_close_s = idle_close_s
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.dropped: dict[str, int] = {}
@@ -197,8 +209,9 @@ class DropProxy:
             for sock in (client, upstream):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._conns.add(sock)
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            state = {"last": time.monotonic(), "waiting": False}
+            threading.Thread(target=self._pump, args=(client, upstream, True, state), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, state), daemon=True).start()
 
     def _drop(self, chunk: bytes) -> str | None:
         if self.blackout:
@@ -211,12 +224,24 @@ class DropProxy:
                     return marker.decode("ascii", "replace").strip('"')
         return None
 
-    def _pump(self, src: socket.socket, dst: socket.socket, inspect: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, inspect: bool, state: dict[str, Any]) -> None:
+        idle = self.idle_close_s if inspect else None
+        if idle is not None:
+            src.settimeout(0.02)
         try:
             while True:
-                chunk = src.recv(65536)
+                try:
+                    chunk = src.recv(65536)
+                except TimeoutError:
+                    assert idle is not None
+                    if not state["waiting"] and time.monotonic() - state["last"] >= idle:
+                        self._count("closed_idle")
+                        break
+                    continue
                 if not chunk:
                     break
+                state["last"] = time.monotonic()
+                state["waiting"] = inspect
                 if inspect:
                     reason = self._drop(chunk)
                     if reason is not None:
