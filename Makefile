@@ -5,7 +5,8 @@ setup:
 	@scripts/setup.sh
 
 ## Runs the whole lineage for a demo checkpoint against the built-in sandbox, headless.
-demo: setup
+demo:
+	@scripts/setup.sh --fonts
 	@.venv/bin/python -m shopsimrl_dagster.demo
 
 ## Lint, type-check, check the Dagster definitions, then run the whole test suite (unit, integration over

@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 want_ui=0
-[[ "${1:-}" == "--ui" ]] && want_ui=1
+want_fonts=0
+[[ "${1:-}" == "--ui" ]] && want_ui=1 && want_fonts=1
+[[ "${1:-}" == "--fonts" ]] && want_fonts=1   # `make demo`: charts need a CJK font for the category names
 
 if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv with $($PY --version)"
@@ -20,8 +22,22 @@ if [[ ! -f $stamp || "$(cat $stamp)" != "$digest" ]]; then
   echo "$digest" > $stamp
 fi
 
-# The UI tests need Debian's chromium; a CJK font makes Chinese category names readable in charts and
-# screenshots (without one the charts fall back to row keys).
+# A CJK font makes Chinese category names readable in charts and screenshots (without one the charts
+# fall back to row keys): `make demo` and `make test` install it.
+if [[ $want_fonts == 1 && $want_ui == 0 && ! -d /usr/share/fonts/truetype/wqy ]]; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    echo "setup: installing a CJK font (fonts-wqy-microhei) so charts show Chinese category names"
+    if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null); then
+      rm -f "${XDG_CACHE_HOME:-$HOME/.cache}"/matplotlib/fontlist-*.json  # let matplotlib see the new font
+    else
+      echo "setup: could not install fonts-wqy-microhei; charts will label categories #1, #2, ..."
+    fi
+  else
+    echo "setup: no CJK font and no root apt-get: charts label categories #1, #2, ... (install fonts-wqy-microhei)"
+  fi
+fi
+
+# The UI tests need Debian's chromium (and the CJK font, for readable screenshots).
 if [[ $want_ui == 1 && ( ! -x /usr/bin/chromium || ! -d /usr/share/fonts/truetype/wqy ) ]]; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
     echo "setup: installing Debian chromium and a CJK font for the UI tests"

@@ -10,6 +10,8 @@ settings object (tests, benchmarks).
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 
 from .settings import PipelineSettings
@@ -58,11 +60,12 @@ def build_definitions(settings: PipelineSettings) -> dg.Definitions:
         assets.extend(build_suite_assets(name, suite))
     assets.extend(build_skill_assets(settings))
     assets.extend(build_research_assets(settings))  # docs/research.md
+    analyst = AnalystEndpoint(section=json.dumps(settings.analyst.section()))
     return dg.Definitions(
         assets=assets,
         jobs=[*evaluation_jobs(settings).values(), build_skills_job(settings), *build_research_jobs()],
         sensors=[build_registry_sensor(settings), build_progress_sensor(settings)],
         schedules=[build_nightly_schedule(settings)],
-        resources={**resources_from_settings(settings), "analyst": AnalystEndpoint()},
+        resources={**resources_from_settings(settings), "analyst": analyst},
         executor=dg.in_process_executor,
     )

@@ -3,11 +3,12 @@
     python -m shopsimrl_dagster.demo          # what `make demo` runs
 
 1. prepares the project's Dagster instance (``.dagster_home/``, with ``configs/pipeline/dagster.yaml``);
-2. starts ``shopsim-sandbox serve`` on the ports of the pipeline settings and stops it at the end —
-   or reuses servers already there only after verifying they are the sandbox serving the split
-   file's catalog (a foreign server on those ports stops the demo with the fix);
-3. registers the demo checkpoints of ``configs/demo/demo.yaml`` in the checkpoint registry and as
-   partitions;
+2. starts ``shopsim-sandbox serve`` (environment and analyst) on free ports, checks it serves the
+   split file's catalog, and writes ``<instance>/pipeline.local.yaml`` pointing the settings in use at
+   it (``shopsimrl_dagster.local_sandbox``); it is stopped at the end;
+3. registers the demo checkpoints of ``configs/demo/demo.yaml`` (steps 100, 200, 300, each naming a
+   policy checkpoint file as its weights) in the checkpoint registry and as partitions; every
+   evaluation launches that checkpoint's policy server through ``inference.mode: launch``;
 4. runs the location's own jobs into that instance: ``prepare_plans``, then per checkpoint
    ``evaluate_<suite>`` for each demo suite and ``build_skills``, then ``progress_charts``;
 5. prints per-suite headline numbers and how to open the UI (``make ui``), which then shows all of it.
@@ -18,36 +19,27 @@ Re-running it resumes: finished episodes are never redone.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import yaml
 
 from shopsimrl_core import ConfigError, ShopSimRLError
 
-from .defs.research import AnalystEndpoint
-from .instance import prepare_dagster_home
-from .registry import Checkpoint, read_registry, register_checkpoint
+from .instance import PROJECT_DAGSTER_HOME, prepare_dagster_home
+from .local_sandbox import LocalSandbox, SandboxError
+from .registry import Checkpoint, read_entry, read_registry, register_checkpoint
 from .run_tags import TRIGGER_TAG
-from .settings import REPO_ROOT, PipelineSettings, load_pipeline_settings
+from .settings import PIPELINE_CONFIG_ENV, REPO_ROOT, PipelineSettings, pipeline_config_path
 
-__all__ = ["DemoConfig", "load_demo_config", "LocalSandbox", "sandbox_mismatch", "run_demo", "main"]
+__all__ = ["DemoConfig", "load_demo_config", "run_demo", "main"]
 
 DEFAULT_DEMO_CONFIG = REPO_ROOT / "configs" / "demo" / "demo.yaml"
-# The sandbox serves its deterministic analyst where the analyst resource's default URL points.
-ANALYST_DEMO_PORT = urlsplit(AnalystEndpoint.model_fields["base_url"].default).port or 5900
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 class DemoError(Exception):
@@ -103,175 +95,15 @@ def load_demo_config(path: str | Path = DEFAULT_DEMO_CONFIG) -> DemoConfig:
     )
 
 
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2.0, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _get_json(url: str) -> tuple[int | None, Any]:
-    try:
-        response = httpx.get(url, timeout=2.0, trust_env=False)
-    except httpx.HTTPError as exc:
-        return None, type(exc).__name__
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, None
-
-
-def _expected_catalog_sha256(split_file: Path) -> str | None:
-    # The sandbox's split files record the SHA-256 of the catalog they were built from.
-    try:
-        source = json.loads(Path(split_file).read_text(encoding="utf-8")).get("source") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    value = source.get("cleaned_archive_sha256") if isinstance(source, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def sandbox_mismatch(settings: PipelineSettings) -> str | None:
-    """Why the servers of *settings* are not the shopsim sandbox serving the split file's catalog.
-
-    Checks ``GET /sandbox/identity`` of the environment (a sandbox-only route: a real ShopSimulator
-    answers 404) against ``source.cleaned_archive_sha256`` of ``split_file``, and that the policy's
-    ``GET /models`` lists ``inference.served_model`` owned by ``shopsim-sandbox``. Returns None when
-    both hold, else one phrase naming the first difference.
-    """
-    env_url = settings.environment.base_url.rstrip("/")
-    policy_url = settings.inference.base_url.rstrip("/")
-    status, identity = _get_json(f"{env_url}/sandbox/identity")
-    if status != 200 or not isinstance(identity, dict) or identity.get("server") != "shopsim-sandbox":
-        return f"{env_url} is not the shopsim sandbox (GET /sandbox/identity: {status or identity})"
-    expected = _expected_catalog_sha256(settings.split_file)
-    if identity.get("catalog_sha256") != expected:
-        return (
-            f"the sandbox at {env_url} serves catalog {str(identity.get('catalog_sha256'))[:12]}… "
-            f"({identity.get('tasks')} tasks), but split_file {settings.split_file} was built from catalog "
-            f"{str(expected)[:12]}…"
-        )
-    status, models = _get_json(f"{policy_url}/models")
-    served = [m for m in (models.get("data") or []) if isinstance(m, dict)] if isinstance(models, dict) else []
-    if not any(
-        m.get("id") == settings.inference.served_model and m.get("owned_by") == "shopsim-sandbox" for m in served
-    ):
-        return (
-            f"{policy_url} is not the sandbox policy serving {settings.inference.served_model!r} "
-            f"(GET /models: {status or models})"
-        )
-    return None
-
-
-class LocalSandbox:
-    """``shopsim-sandbox serve`` on the environment and policy ports of the pipeline settings.
-
-    If a server already answers on either port, it is used (and left alone) only when it is the
-    sandbox serving the catalog of ``split_file`` (:func:`sandbox_mismatch`); anything else there —
-    a real ShopSimulator, another model server, an old sandbox with another catalog — stops the demo
-    with the fix. Otherwise, for loopback URLs, a sandbox is started in its own process group,
-    checked the same way, and stopped on exit.
-    """
-
-    def __init__(self, settings: PipelineSettings, *, slots: int = 16, startup_timeout_s: float = 120.0) -> None:
-        self.settings = settings
-        self.env_url = settings.environment.base_url.rstrip("/")
-        self.policy_url = settings.inference.base_url.rstrip("/")
-        self.slots = slots
-        self.startup_timeout_s = startup_timeout_s
-        self.started = False
-        self._process: subprocess.Popen[bytes] | None = None
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
-
-    def __enter__(self) -> LocalSandbox:
-        fix = (
-            f"stop that server, or point environment.base_url / inference.base_url in {self.settings.source} "
-            "at free loopback ports"
-        )
-        if _answers(f"{self.env_url}/healthz") or _answers(f"{self.policy_url}/models"):
-            problem = sandbox_mismatch(self.settings)
-            if problem is not None:
-                raise DemoError(f"refusing to run the demo against a server it did not verify: {problem}; {fix}")
-            return self
-        env, policy = urlsplit(self.env_url), urlsplit(self.policy_url)
-        if env.hostname not in _LOOPBACK or policy.hostname not in _LOOPBACK:
-            raise DemoError(
-                f"nothing answers at {self.env_url}/healthz or {self.policy_url}/models, and the demo starts a sandbox "
-                "only on loopback URLs; start your servers or point SHOPSIMRL_PIPELINE_CONFIG at the sandbox settings"
-            )
-        self._workdir = tempfile.TemporaryDirectory(prefix="shopsimrl-demo-sandbox-")
-        ready = Path(self._workdir.name) / "ready.json"
-        log_path = Path(self._workdir.name) / "sandbox.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "shopsim_sandbox.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(env.port or 80),
-            "--policy-port",
-            str(policy.port or 80),
-            # The deterministic Trace2Skill analyst, where the analyst resource's default URL expects it.
-            "--analyst-port",
-            str(ANALYST_DEMO_PORT),
-            "--slots",
-            str(self.slots),
-            "--ready-file",
-            str(ready),
-        ]
-        with log_path.open("wb") as log:
-            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not ready.exists():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-600:].strip()
-                self._stop()
-                raise DemoError(
-                    f"the sandbox did not start on ports {env.port}/{policy.port} "
-                    f"({tail.splitlines()[-1] if tail else 'no output'}); "
-                    "free the ports or change environment.base_url / inference.base_url in the pipeline settings"
-                )
-            time.sleep(0.05)
-        # Another process may have won a port race, or split_file may belong to another catalog.
-        problem = sandbox_mismatch(self.settings)
-        if problem is not None:
-            self._stop()
-            raise DemoError(
-                f"the started sandbox does not match the settings: {problem}; point split_file at "
-                "configs/sandbox/persona_splits.sandbox.json (the catalog `shopsim-sandbox serve` serves by default)"
-            )
-        self.started = True
-        return self
-
-    def _stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop()
-
-
 def _register(settings: PipelineSettings, demo: DemoConfig) -> list[Checkpoint]:
     entries = []
     for path in demo.checkpoints:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError) as exc:
+            entry = read_entry(path)
+        except ConfigError as exc:
             raise ConfigError(
-                f"{path}: cannot read demo checkpoint ({exc}); fix configs/demo/demo.yaml", code="demo-config-invalid"
+                f"{exc.one_line()} (a demo checkpoint of configs/demo/demo.yaml)", code="demo-config-invalid"
             ) from None
-        entry = Checkpoint(**{k: data.get(k) for k in ("checkpoint_id", "step", "served_model", "endpoint")})
         register_checkpoint(settings.checkpoint_registry, entry)
         entries.append(entry)
     registered = {c.checkpoint_id: c for c in read_registry(settings.checkpoint_registry)}
@@ -432,22 +264,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        settings = load_pipeline_settings()
         demo = load_demo_config(args.demo_config)
         home = prepare_dagster_home(args.dagster_home)
-        print(f"demo: settings {settings.source}")
-        print(f"demo: dagster instance {home}; runs under {settings.runs_root}")
-        with LocalSandbox(settings, slots=demo.slots, startup_timeout_s=demo.startup_timeout_s) as sandbox:
-            how = (
-                "started"
-                if sandbox.started
-                else "already running (verified: shopsim sandbox serving the split file's catalog)"
+        source = pipeline_config_path()
+        print(f"demo: settings {source}")
+        with LocalSandbox(
+            home, source=source, slots=demo.slots, startup_timeout_s=demo.startup_timeout_s,
+            # Another instance folder than the project's is a world of its own: runs and registry inside it.
+            own_runs_root=home != PROJECT_DAGSTER_HOME.resolve(),
+        ) as sandbox:
+            assert sandbox.settings is not None
+            settings = sandbox.settings
+            print(f"demo: dagster instance {home}; runs under {settings.runs_root}")
+            print(
+                f"demo: sandbox started on free ports: environment {sandbox.env_url}, analyst {sandbox.analyst_url} "
+                f"(settings for this sandbox: {sandbox.settings_path})"
             )
-            print(f"demo: sandbox {how}: environment {sandbox.env_url}, policy {sandbox.policy_url}")
+            # The location's definitions (and every run of them) read the settings that point at this sandbox.
+            os.environ[PIPELINE_CONFIG_ENV] = str(sandbox.settings_path)
             headlines = run_demo(settings, demo, home)
-        if sandbox.started:
-            print("demo: sandbox stopped (run `.venv/bin/shopsim-sandbox serve` to launch new rollouts from the UI)")
-    except (ShopSimRLError, DemoError) as exc:
+        print("demo: sandbox stopped (`make ui` starts one of its own for new rollouts from the UI)")
+    except (ShopSimRLError, DemoError, SandboxError) as exc:
         text = exc.one_line() if isinstance(exc, ShopSimRLError) else str(exc)
         print(f"demo: error: {text}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

@@ -34,13 +34,13 @@ def eval_config_document(
     inference: InferenceEndpoint,
     environment: ShopSimulatorEnvironment,
     split_file: Path,
+    prompt: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The evaluation config mapping (runtime-semantics §3.1 keys) of *checkpoint* under *suite*.
 
     The run directory is ``run_storage.run_dir(suite_name, checkpoint_id)`` (experiment name =
     checkpoint id); the ledger is the project-level one of ``run_storage``.
     """
-    sampling = suite.sampling
     run_dir = run_storage.run_dir(suite_name, checkpoint.checkpoint_id)
     document: dict[str, Any] = {
         "experiment": {
@@ -65,27 +65,21 @@ def eval_config_document(
         },
         "runtime": {"max_steps": suite.max_steps},
         "skills": {"path": suite.skills, "max_skills": suite.max_skills},
-        "model": {
-            "id": checkpoint.checkpoint_id,
-            "checkpoint_id": checkpoint.checkpoint_id,
-            "name": inference.model_for(checkpoint),
-            "base_url": inference.base_url_for(checkpoint),
-            "api_key_env": inference.api_key_env,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
-            "timeout": inference.timeout_s,
-            "max_retries": inference.max_retries,
-            "trust_env": False,
-            "send_seed": sampling.send_seed,
-            "extra_body": dict(sampling.extra_body),
-        },
+        # The inference section's core keys as given, the suite's sampling over them, the checkpoint's own.
+        "model": inference.model_section(checkpoint, dict(suite.sampling)),
     }
+    if prompt:
+        document["prompt"] = dict(prompt)
+    serve = inference.serve_section(checkpoint)
+    if serve is not None:
+        # The core launches the server for the run; GPU locks and server records live under the runs root
+        # unless the settings name another folder, so every suite's runs share one pool.
+        document["serve"] = {"state_dir": str(run_storage.servers_dir()), **serve}
     # Replicas and extra servers (docs/scaling.md) only when set: other configs stay as they were.
     if environment.base_urls:
         document["environment"]["base_urls"] = list(environment.base_urls)
-    if inference.replicas_for(checkpoint):
-        document["model"]["base_urls"] = inference.replicas_for(checkpoint)
+    if environment.identity is not None:
+        document["environment"]["identity"] = environment.identity
     return document
 
 

@@ -21,14 +21,16 @@ import dagster as dg
 # launcher and run-coordinator packages.
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
 
 from shopsimrl_core import ShopSimRLError
 
-from .run_tags import ENDPOINT_TAG, endpoint_tag_value, uses_endpoint
+from .run_tags import ENDPOINT_TAG, GPU_POOL_TAG, GPU_POOL_VALUE, uses_endpoint
 from .settings import REPO_ROOT
 
 __all__ = [
     "DAGSTER_HOME_ENV",
+    "PROJECT_DAGSTER_HOME",
     "INSTANCE_TEMPLATE",
     "LocalProcessRunLauncher",
     "EndpointQueuedRunCoordinator",
@@ -39,6 +41,8 @@ __all__ = [
 
 DAGSTER_HOME_ENV = "SHOPSIMRL_DAGSTER_HOME"
 INSTANCE_TEMPLATE = REPO_ROOT / "configs" / "pipeline" / "dagster.yaml"
+PROJECT_DAGSTER_HOME = REPO_ROOT / ".dagster_home"
+"""The project's own instance folder (``make demo`` and ``make ui`` without ``SHOPSIMRL_DAGSTER_HOME``)."""
 _WORKER_MESSAGES = (
     "Started process for run",
     "Executing steps in process",
@@ -117,42 +121,72 @@ class LocalProcessRunLauncher(dg.DefaultRunLauncher):
 
 
 class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
-    """Dagster's run queue, plus the endpoint tag on every run that calls an inference endpoint.
+    """Dagster's run queue, plus the endpoint tags on every run that calls an inference endpoint, plus the GPU pool.
 
     The queue admits one run per value of ``shopsimrl/endpoint`` (``tag_concurrency_limits`` in
     ``dagster.yaml``). The evaluation jobs and ``build_skills`` set that tag per partition, but a
     "Materialize" from the asset graph runs Dagster's implicit asset job, which has no tags of its
-    own. This coordinator adds the tag at submission, before the run is enqueued, to any run of a
+    own. This coordinator adds the tags at submission, before the run is enqueued, to any run of a
     checkpoint partition whose assets include one that calls the endpoint (``ENDPOINT_ASSET_NAMES``),
     so every launch path queues per endpoint. A run that already has the tag is left as it is.
+
+    Runs that launch a checkpoint's server carry ``shopsimrl/gpu-pool``; their limit is the GPU pool's
+    slots of the pipeline settings in use (``inference.launch``), added to the queue's tag limits each
+    time the daemon reads them, so the settings file is the one place the pool is declared.
     """
+
+    def get_run_queue_config(self) -> RunQueueConfig:
+        """The queue settings of ``dagster.yaml`` plus the GPU pool's limit of the pipeline settings."""
+        config = super().get_run_queue_config()
+        slots = _gpu_pool_slots()
+        if slots is None or any(limit.get("key") == GPU_POOL_TAG for limit in config.tag_concurrency_limits):
+            return config
+        return config._replace(
+            tag_concurrency_limits=[
+                *config.tag_concurrency_limits,
+                {"key": GPU_POOL_TAG, "value": GPU_POOL_VALUE, "limit": slots},
+            ]
+        )
 
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         """Tag *context*'s run with its checkpoint's endpoint when it needs one, then enqueue it."""
         run = context.dagster_run
         checkpoint_id = run.tags.get("dagster/partition")
         if ENDPOINT_TAG not in run.tags and checkpoint_id and uses_endpoint(run.asset_selection):
-            from .defs.jobs import endpoint_of
+            from .defs.jobs import run_tags_for
             from .settings import load_pipeline_settings, pipeline_config_path
 
             try:
-                endpoint = endpoint_of(load_pipeline_settings(pipeline_config_path()), checkpoint_id)
+                tags = run_tags_for(load_pipeline_settings(pipeline_config_path()), checkpoint_id)
             except ShopSimRLError as exc:
                 # The run is already created: enqueue it untagged rather than leave it NOT_STARTED;
                 # its own step fails on the same settings error, with the same one-line message.
                 self._logger.warning(f"run {run.run_id}: no endpoint tag ({exc.one_line()})")
             else:
-                self._instance.add_run_tags(run.run_id, {ENDPOINT_TAG: endpoint_tag_value(endpoint)})
+                self._instance.add_run_tags(run.run_id, tags)
                 tagged = self._instance.get_run_by_id(run.run_id)
                 if tagged is not None:
                     context = SubmitRunContext(tagged, context.workspace)
         return super().submit_run(context)
 
 
+def _gpu_pool_slots() -> int | None:
+    """Slots of the GPU pool in the pipeline settings in use (``launch`` mode), else None."""
+    from .settings import load_pipeline_settings, pipeline_config_path
+
+    try:
+        inference = load_pipeline_settings(pipeline_config_path()).inference
+    except ShopSimRLError:
+        return None  # a broken settings file fails the runs themselves, with its one-line message
+    if inference.mode != "launch" or inference.launch is None:
+        return None
+    return inference.launch.slots
+
+
 def default_dagster_home() -> Path:
     """``$SHOPSIMRL_DAGSTER_HOME`` when set, else ``<repo>/.dagster_home``."""
     override = os.environ.get(DAGSTER_HOME_ENV)
-    return Path(override).expanduser().resolve() if override else REPO_ROOT / ".dagster_home"
+    return Path(override).expanduser().resolve() if override else PROJECT_DAGSTER_HOME
 
 
 def prepare_dagster_home(home: str | Path | None = None) -> Path:

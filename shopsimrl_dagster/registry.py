@@ -5,13 +5,23 @@ Training jobs drop one small JSON file per checkpoint into a folder::
     {"checkpoint_id": "grpo-4b-step-000400", "step": 400,
      "served_model": "grpo-4b-step400", "endpoint": "http://gpu-3:30000/v1"}
 
-``endpoint`` may be null (the pipeline's default inference endpoint serves it). The file name is
-free; the id inside is what counts. A sensor turns new entries into Dagster partitions.
+``endpoint`` may be null (the pipeline's default inference endpoint serves it). Instead of, or beside,
+an endpoint an entry may name what to serve: ``weights`` (full weights: a local file or folder, or a
+hub id / URI), or an ``adapter`` (LoRA) over ``base_model``. In ``launch`` mode the pipeline starts a
+server for such a checkpoint's run (docs/pipeline.md, "Serving checkpoints")::
 
-Command line (what a training job calls after it has started serving a checkpoint)::
+    {"checkpoint_id": "grpo-4b-step-000400", "step": 400, "weights": "/ckpt/grpo-4b/step-000400"}
+    {"checkpoint_id": "lora-step-000400", "step": 400, "adapter": "/ckpt/lora/step-000400",
+     "base_model": "Qwen/Qwen3-4B"}
+
+Relative local paths resolve against the registry folder. The file name is free; the id inside is
+what counts. A sensor turns new entries into Dagster partitions.
+
+Command line (what a training job calls after it has saved, or started serving, a checkpoint)::
 
     python -m shopsimrl_dagster.registry add --id grpo-4b-step-000400 --step 400 \\
-        --served-model grpo-4b-step400 [--endpoint http://gpu-3:30000/v1] [--registry DIR]
+        [--weights /ckpt/step-000400 | --adapter DIR --base-model NAME] \\
+        [--served-model grpo-4b-step400] [--endpoint http://gpu-3:30000/v1] [--registry DIR]
 """
 
 from __future__ import annotations
@@ -29,10 +39,17 @@ from urllib.parse import urlsplit
 
 from shopsimrl_core import ConfigError, write_json_atomic
 
-__all__ = ["Checkpoint", "read_registry", "register_checkpoint", "latest_checkpoint", "previous_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "read_entry",
+    "read_registry",
+    "register_checkpoint",
+    "latest_checkpoint",
+    "previous_checkpoint",
+]
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_KEYS = ("checkpoint_id", "step", "served_model", "endpoint", "registered_at")
+_KEYS = ("checkpoint_id", "step", "served_model", "endpoint", "weights", "adapter", "base_model", "registered_at")
 
 
 @dataclass(frozen=True, order=False)
@@ -46,12 +63,35 @@ class Checkpoint:
     served_model: str | None = None
     """Model name the endpoint serves this checkpoint under; null uses the endpoint's default."""
     endpoint: str | None = None
-    """OpenAI base URL serving it; null uses the pipeline's default inference endpoint."""
+    """OpenAI base URL serving it; null uses the pipeline's default inference endpoint (or a launched server)."""
+    weights: str | None = None
+    """Full weights of the checkpoint (local path or URI); what ``launch`` mode serves."""
+    adapter: str | None = None
+    """A LoRA adapter (local path or URI) served over ``base_model`` in ``launch`` mode."""
+    base_model: str | None = None
+    """The weights the adapter applies to (required with ``adapter``)."""
     registered_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The registry file content."""
-        return asdict(self)
+        """The registry file content (keys that are null and were added after the first format are left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in _LATER_KEYS}
+
+    @property
+    def serves_weights(self) -> bool:
+        """Whether the entry names what to serve (weights or an adapter)."""
+        return self.weights is not None or self.adapter is not None
+
+    @property
+    def served_weights(self) -> str | None:
+        """The full weights a launched server loads: ``weights``, or the adapter's ``base_model``."""
+        return self.weights if self.adapter is None else self.base_model
+
+    def content(self) -> tuple[Any, ...]:
+        """Everything but ``registered_at``: two entries with equal content register the same checkpoint."""
+        return tuple(v for k, v in asdict(self).items() if k != "registered_at")
+
+
+_LATER_KEYS = ("weights", "adapter", "base_model")
 
 
 def _bad(path: Path, key: str, message: str) -> ConfigError:
@@ -74,10 +114,16 @@ def _parse(path: Path, data: Any) -> Checkpoint:
     step = data.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise _bad(path, "step", f"must be a non-negative integer training step (got {step!r})")
-    for key in ("served_model", "endpoint", "registered_at"):
+    for key in ("served_model", "endpoint", "weights", "adapter", "base_model", "registered_at"):
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not value):
             raise _bad(path, key, f"must be a non-empty string or null (got {value!r})")
+    if data.get("adapter") is not None and data.get("base_model") is None:
+        raise _bad(path, "base_model", "required with adapter: name the weights the adapter applies to")
+    if data.get("adapter") is not None and data.get("weights") is not None:
+        raise _bad(path, "weights", "give either weights (full weights) or adapter with base_model, not both")
+    if data.get("base_model") is not None and data.get("adapter") is None:
+        raise _bad(path, "adapter", "base_model is only for an adapter; give weights for full weights")
     endpoint = data.get("endpoint")
     if endpoint is not None:
         parts = urlsplit(endpoint)
@@ -90,8 +136,20 @@ def _parse(path: Path, data: Any) -> Checkpoint:
         step=step,
         served_model=data.get("served_model"),
         endpoint=data.get("endpoint"),
+        weights=_local(path, data.get("weights")),
+        adapter=_local(path, data.get("adapter")),
+        base_model=_local(path, data.get("base_model")),
         registered_at=data.get("registered_at"),
     )
+
+
+def _local(entry_path: Path, value: str | None) -> str | None:
+    # A relative value that names something next to the entry is a local path; anything else (a hub
+    # id such as "Qwen/Qwen3-4B", a URI) is passed on as it is.
+    if value is None or "://" in value or Path(value).is_absolute():
+        return value
+    candidate = entry_path.parent / value
+    return str(candidate.resolve()) if candidate.exists() else value
 
 
 def read_registry(folder: str | Path, *, problems: list[str] | None = None) -> list[Checkpoint]:
@@ -111,7 +169,7 @@ def read_registry(folder: str | Path, *, problems: list[str] | None = None) -> l
         if path.name.startswith("."):
             continue
         try:
-            entry = _read_entry(path)
+            entry = read_entry(path)
             previous = found.get(entry.checkpoint_id)
             if previous is not None and previous[1] != entry:
                 raise _bad(
@@ -128,7 +186,12 @@ def read_registry(folder: str | Path, *, problems: list[str] | None = None) -> l
     return sorted((entry for _, entry in found.values()), key=lambda c: (c.step, c.checkpoint_id))
 
 
-def _read_entry(path: Path) -> Checkpoint:
+def read_entry(path: Path) -> Checkpoint:
+    """The checkpoint entry in *path* (relative weights paths resolve against its folder).
+
+    Raises:
+        ConfigError: ``checkpoint-registry-invalid`` — unreadable, not JSON, or breaking a rule (one line).
+    """
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -162,12 +225,7 @@ def register_checkpoint(folder: str | Path, checkpoint: Checkpoint) -> Path:
         entry = Checkpoint(**{**entry.to_dict(), "registered_at": datetime.now(UTC).isoformat()})
     for existing in read_registry(root, problems=[]):
         if existing.checkpoint_id == entry.checkpoint_id:
-            same = (existing.step, existing.served_model, existing.endpoint) == (
-                entry.step,
-                entry.served_model,
-                entry.endpoint,
-            )
-            if same:
+            if existing.content() == entry.content():
                 return target
             raise _bad(
                 target,
@@ -202,14 +260,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     add.add_argument("--step", required=True, type=int)
     add.add_argument("--served-model")
     add.add_argument("--endpoint")
+    add.add_argument("--weights", help="full weights to serve in launch mode (path or URI)")
+    add.add_argument("--adapter", help="a LoRA adapter to serve over --base-model in launch mode")
+    add.add_argument("--base-model", help="the weights --adapter applies to")
     add.add_argument("--registry", help="registry folder (default: checkpoint_registry of the pipeline settings)")
     sub.add_parser("list", help="print the registry").add_argument("--registry")
     args = parser.parse_args(argv)
     try:
         folder = Path(args.registry) if args.registry else load_pipeline_settings().checkpoint_registry
         if args.verb == "add":
+            def absolute(value: str | None) -> str | None:
+                # Paths given on the command line are the caller's (its working directory), not the registry's.
+                if value is None or "://" in value or not Path(value).expanduser().exists():
+                    return value
+                return str(Path(value).expanduser().resolve())
+
             path = register_checkpoint(
-                folder, Checkpoint(args.checkpoint_id, args.step, args.served_model, args.endpoint)
+                folder,
+                Checkpoint(
+                    args.checkpoint_id,
+                    args.step,
+                    args.served_model,
+                    args.endpoint,
+                    weights=absolute(args.weights),
+                    adapter=absolute(args.adapter),
+                    base_model=absolute(args.base_model),
+                ),
             )
             print(f"registered {args.checkpoint_id} (step {args.step}) in {path}")
         else:

@@ -9,6 +9,10 @@
   evaluation jobs set it per partition, and the instance's run coordinator adds it to any other run
   of an asset in ``ENDPOINT_ASSET_NAMES`` (a "Materialize" from the asset graph); the run queue
   admits one run per unique value.
+- ``shopsimrl/gpu-pool``: set on runs whose checkpoint gets a launched server (``inference.mode:
+  launch``); the instance's run queue admits ``inference.launch`` slots' worth of such runs at once
+  (``GpuPoolQueuedRunCoordinator``), so a backfill over many checkpoints never starts more servers
+  than the GPU pool holds. Their ``shopsimrl/endpoint`` is ``launch:<checkpoint_id>``.
 - ``shopsimrl/trigger``: what launched the run (registry-sensor, nightly, demo, progress-sensor).
 """
 
@@ -21,6 +25,8 @@ __all__ = [
     "ALLOW_TEST_SPLIT_TAG",
     "ALLOW_TEST_RERUN_TAG",
     "ENDPOINT_TAG",
+    "GPU_POOL_TAG",
+    "GPU_POOL_VALUE",
     "TRIGGER_TAG",
     "ENDPOINT_ASSET_NAMES",
     "is_true",
@@ -31,6 +37,8 @@ __all__ = [
 ALLOW_TEST_SPLIT_TAG = "shopsimrl/allow-test-split"
 ALLOW_TEST_RERUN_TAG = "shopsimrl/allow-test-rerun"
 ENDPOINT_TAG = "shopsimrl/endpoint"
+GPU_POOL_TAG = "shopsimrl/gpu-pool"
+GPU_POOL_VALUE = "launch"
 TRIGGER_TAG = "shopsimrl/trigger"
 
 #: the last key component of every asset that calls the inference endpoint (a test keeps this in

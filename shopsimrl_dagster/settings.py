@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from shopsimrl_core import ConfigError
-from shopsimrl_core.runs import EnvironmentConfig, ModelConfig
+from shopsimrl_core.runs import EnvironmentConfig, ModelConfig, PromptConfig, ServeConfig
 
 from .deploy.executors import ExecutionSettings
 
@@ -30,15 +30,18 @@ __all__ = [
     "DEFAULT_PIPELINE_CONFIG",
     "EnvironmentSettings",
     "InferenceSettings",
+    "LaunchSettings",
+    "AnalystSettings",
+    "SAMPLING_KEYS",
     "ComparisonSettings",
     "AutomationSettings",
     "ViewerSettings",
     "SkillsLineageSettings",
-    "SamplingSettings",
     "EvaluationSuite",
     "PipelineSettings",
     "pipeline_config_path",
     "load_pipeline_settings",
+    "read_settings_mapping",
 ]
 
 PIPELINE_CONFIG_ENV = "SHOPSIMRL_PIPELINE_CONFIG"
@@ -68,28 +71,193 @@ class EnvironmentSettings(_Strict):
     """Timeout of the ``GET /healthz`` check, in seconds."""
     base_urls: list[str] = Field(default_factory=list)
     """Several servers used as one (core ``environment.base_urls``, docs/scaling.md); empty: ``base_url`` alone."""
+    identity: str | None = None
+    """A stable name for the environment in run plans instead of its URL (core ``environment.identity``);
+    set it when the server's URL changes between runs (the demo's sandbox on a free port)."""
 
 
-class InferenceSettings(_Strict):
-    """The default OpenAI-compatible endpoint (vLLM, SGLang or the sandbox baseline policy)."""
+_RENAMED_MODEL_KEYS = {"served_model": "name", "timeout_s": "timeout"}
+"""Names of the first pipeline versions, accepted as spellings of the core's keys."""
+_PER_CHECKPOINT_MODEL_KEYS = ("id", "checkpoint_id")
+_PER_CHECKPOINT_SERVE_KEYS = ("weights", "adapter")
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "send_seed", "seed_mod_2_32", "tool_choice", "extra_body")
+"""Core ``model`` keys a suite's ``sampling`` may set for its runs (they win over the ``inference`` section)."""
 
-    base_url: str = "http://127.0.0.1:5800/v1"
-    """OpenAI base URL ending in ``/v1``; a checkpoint's registry entry may name another."""
-    served_model: str = "shopsim-baseline-policy"
-    """Model name sent in requests when a checkpoint's entry does not name one."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding the API key; null sends no Authorization header."""
-    max_in_flight: int = Field(default=16, ge=1)
-    """Episodes in flight against this endpoint within one rollout (the core's concurrency)."""
-    timeout_s: float = Field(default=_core_default(ModelConfig, "timeout"), gt=0)
-    """Per-HTTP-attempt timeout of a chat completion, in seconds (core ``model.timeout``)."""
-    max_retries: int = Field(default=_core_default(ModelConfig, "max_retries"), ge=1)
-    """Total HTTP attempts per model call."""
+
+def _core_errors(exc: ValidationError, where: str, own: tuple[str, ...] = ()) -> str:
+    """One line per error of a core model, located under *where* (*own*: the section's keys besides the core's)."""
+    lines = []
+    for error in exc.errors():
+        loc = f"{where}.{'.'.join(str(p) for p in error['loc'])}"
+        if error["type"] == "extra_forbidden":
+            fields = getattr(exc, "title", "")
+            model = {"ModelConfig": ModelConfig, "ServeConfig": ServeConfig}.get(fields)
+            valid = sorted({*(model.model_fields if model else ()), *own} - set(_PER_CHECKPOINT_MODEL_KEYS))
+            lines.append(f"{loc}: unknown key; valid keys: {', '.join(valid)} (docs/pipeline.md)")
+        else:
+            lines.append(f"{loc}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(lines)
+
+
+def _core_model(
+    fields: dict[str, Any], where: str, defaults: dict[str, Any], own: tuple[str, ...] = ()
+) -> ModelConfig:
+    """Validate *fields* with the core's own ``ModelConfig``; errors name ``<where>.<key>``."""
+    try:
+        return ModelConfig.model_validate({**defaults, **fields})
+    except ValidationError as exc:
+        raise ValueError(_core_errors(exc, where, own)) from None
+
+
+class LaunchSettings(_Strict):
+    """``inference.launch``: how ``launch`` mode serves checkpoints (the core's ``serve`` section, docs/config.md).
+
+    Every key of the core's ``serve`` section but ``weights`` and ``adapter`` (which each checkpoint's
+    registry entry gives), validated by the core's ``ServeConfig``, plus ``max_servers``.
+    """
+
+    serve: dict[str, Any]
+    """The core ``serve`` keys as given (passed unchanged into every launched rollout's config)."""
+    max_servers: int | None = Field(default=None, ge=1)
+    """Servers at once (Dagster's run queue limit); null = ``len(gpus) // gpus_per_server`` (1 without GPUs)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "serve" in data:
+            return data
+        return {"serve": {k: v for k, v in data.items() if k != "max_servers"},
+                **({"max_servers": data["max_servers"]} if "max_servers" in data else {})}
+
+    @model_validator(mode="after")
+    def _core_validates(self) -> LaunchSettings:
+        given = [k for k in _PER_CHECKPOINT_SERVE_KEYS if k in self.serve]
+        if given:
+            raise ValueError(f"inference.launch.{given[0]}: set per checkpoint in its registry entry, not here")
+        try:
+            ServeConfig.model_validate({**self.serve, "weights": "<checkpoint weights>"})
+        except ValidationError as exc:
+            raise ValueError(_core_errors(exc, "inference.launch", ("max_servers",))) from None
+        return self
+
+    def core(self) -> ServeConfig:
+        """The section as the core reads it (with a placeholder for the per-checkpoint weights)."""
+        return ServeConfig.model_validate({**self.serve, "weights": "<checkpoint weights>"})
+
+    @property
+    def slots(self) -> int:
+        """How many launched servers may run at once (the GPU pool's slots)."""
+        if self.max_servers is not None:
+            return self.max_servers
+        serve = self.core()
+        if not serve.gpus or serve.gpus_per_server == 0:
+            return 1
+        return max(1, len(serve.gpus) // serve.gpus_per_server)
+
+
+class _EndpointSection(_Strict):
+    """A section naming an OpenAI-compatible endpoint: the core's ``model`` keys, flat, beside the pipeline's own.
+
+    Every key of the core's ``model`` section (docs/config.md) is accepted under its own name and
+    default, validated by the core's ``ModelConfig`` and passed on unchanged. ``id`` and
+    ``checkpoint_id`` are the checkpoint's. Only ``name`` and ``base_url``, which the core requires,
+    get a default here (``_DEFAULTS``).
+    """
+
+    _SECTION: ClassVar[str] = ""
+    _OWN_KEYS: ClassVar[tuple[str, ...]] = ("health_timeout_s",)
+    _DEFAULTS: ClassVar[dict[str, Any]] = {}
+
     health_timeout_s: float = Field(default=10.0, gt=0)
     """Timeout of the ``GET /models`` health check, in seconds."""
-    base_urls: list[str] = Field(default_factory=list)
-    """Replicas of this default endpoint (core ``model.base_urls``, docs/scaling.md), for checkpoints whose
-    registry entry names no endpoint of its own; empty: ``base_url`` alone."""
+    model: dict[str, Any] = Field(default_factory=dict)
+    """The core ``model`` keys as given in the section (gathered by the loader from the flat section)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_model_keys(cls, data: Any) -> Any:
+        # The file spells the core's keys flat, next to the pipeline's own; they are kept apart here so
+        # that each rollout's config gets exactly the keys the file gave (core defaults for the rest).
+        if not isinstance(data, dict) or "model" in data:
+            return data
+        own = {k: v for k, v in data.items() if k in cls._OWN_KEYS}
+        model: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in cls._OWN_KEYS:
+                continue
+            name = _RENAMED_MODEL_KEYS.get(str(key), str(key))
+            if name in model:
+                raise ValueError(f"{cls._SECTION}.{key}: same key as {cls._SECTION}.{name}; give only {name}")
+            model[name] = value
+        return {**own, "model": model}
+
+    @model_validator(mode="after")
+    def _core_validates(self) -> _EndpointSection:
+        given = [k for k in _PER_CHECKPOINT_MODEL_KEYS if k in self.model]
+        if given:
+            raise ValueError(f"{self._SECTION}.{given[0]}: set per checkpoint (the checkpoint id), not in the settings")
+        self.core()
+        return self
+
+    def core(self) -> ModelConfig:
+        """The section as the core's ``ModelConfig`` (core defaults filled in)."""
+        return _core_model(self.model, self._SECTION, self._DEFAULTS, self._OWN_KEYS)
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's OpenAI base URL."""
+        return self.core().base_url
+
+    @property
+    def name(self) -> str:
+        """The model name requested."""
+        return self.core().name
+
+    def section(self) -> dict[str, Any]:
+        """The section as the file spells it (flat), for a resource's config."""
+        return {**self.model, **self.model_dump(exclude={"model"}, exclude_none=True)}
+
+
+class InferenceSettings(_EndpointSection):
+    """The ``inference`` section: the default endpoint and how checkpoints are served.
+
+    The core's ``model`` keys (``tool_call_content``, ``stream``, ``http_transport``, ``timeout`` …) go
+    unchanged into every rollout's config; a suite's ``sampling`` wins for the sampling keys. The
+    pipeline's own keys are ``mode``, ``max_in_flight``, ``health_timeout_s`` and ``launch``.
+    """
+
+    _SECTION: ClassVar[str] = "inference"
+    _OWN_KEYS: ClassVar[tuple[str, ...]] = ("mode", "max_in_flight", "health_timeout_s", "launch")
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"name": "shopsim-baseline-policy", "base_url": "http://127.0.0.1:5800/v1"}
+
+    mode: Literal["external", "launch"] = "external"
+    """``external``: checkpoints are served already (their entry's ``endpoint``, else ``base_url``);
+    ``launch``: a checkpoint whose entry gives ``weights`` (or an ``adapter``) gets a server launched
+    for its run from ``launch`` (docs/pipeline.md, "Serving checkpoints")."""
+    max_in_flight: int = Field(default=16, ge=1)
+    """Episodes in flight against the endpoint within one rollout (the core's ``experiment.concurrency``)."""
+    launch: LaunchSettings | None = None
+    """How ``launch`` mode starts servers; required in that mode."""
+
+    @model_validator(mode="after")
+    def _launch_needs_settings(self) -> InferenceSettings:
+        if self.mode == "launch" and self.launch is None:
+            raise ValueError("inference.launch: required with mode launch (at least launch.server)")
+        return self
+
+    def section(self) -> dict[str, Any]:
+        """The section as the file spells it (flat), for the resource's config."""
+        flat = super().section()
+        if self.launch is not None:
+            flat["launch"] = self.launch.model_dump(exclude_none=True)
+        return flat
+
+
+class AnalystSettings(_EndpointSection):
+    """The ``analyst`` section: the Trace2Skill analyst model's endpoint (the core's ``model`` keys)."""
+
+    _SECTION: ClassVar[str] = "analyst"
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"name": "shopsim-analyst", "base_url": "http://127.0.0.1:5900/v1"}
 
 
 class ComparisonSettings(_Strict):
@@ -135,16 +303,6 @@ class SkillsLineageSettings(_Strict):
     """Suite of the bare validation run Gate A pairs with (skill-free, full val split, repeats 1)."""
 
 
-class SamplingSettings(_Strict):
-    """Decoding settings sent with every model call of a suite."""
-
-    temperature: float = Field(default=0.0, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int = Field(default=512, ge=1)
-    send_seed: bool = True
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-
-
 class EvaluationSuite(_Strict):
     """One named evaluation setting applied to a checkpoint."""
 
@@ -158,12 +316,23 @@ class EvaluationSuite(_Strict):
     """Experiment seed: drives task sampling and episode seeds."""
     max_steps: int = Field(default=30, ge=1)
     """Model turns per episode, repair turns included."""
-    sampling: SamplingSettings = Field(default_factory=lambda: SamplingSettings())
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    """Core ``model`` sampling keys for this suite's runs (``temperature``, ``max_tokens``, ``top_p``,
+    ``send_seed``, ``seed_mod_2_32``, ``tool_choice``, ``extra_body``); they win over ``inference``."""
     skills: str | None = None
     """A SkillBank file to inject (relative to the settings file), or null for skill-free runs."""
     max_skills: int | None = Field(default=None, ge=1)
     purpose: str = ""
     """One sentence shown in the UI."""
+
+    @field_validator("sampling")
+    @classmethod
+    def _sampling_keys(cls, sampling: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
+        if unknown:
+            raise ValueError(f"sampling.{unknown[0]}: unknown key; valid keys: {', '.join(SAMPLING_KEYS)}")
+        _core_model(sampling, "sampling", InferenceSettings._DEFAULTS)
+        return sampling
 
 
 class PipelineSettings(_Strict):
@@ -177,6 +346,11 @@ class PipelineSettings(_Strict):
     """The frozen split file every suite draws from."""
     environment: EnvironmentSettings = Field(default_factory=lambda: EnvironmentSettings())
     inference: InferenceSettings = Field(default_factory=lambda: InferenceSettings())
+    analyst: AnalystSettings = Field(default_factory=lambda: AnalystSettings())
+    """The Trace2Skill analyst's endpoint (the ``analyst_skills`` job)."""
+    prompt: dict[str, Any] = Field(default_factory=dict)
+    """The core's ``prompt`` section (``language``, ``system_prompt_file`` …) for every rollout, validated
+    by the core's ``PromptConfig``; relative files resolve against this file's folder."""
     comparison: ComparisonSettings = Field(default_factory=lambda: ComparisonSettings())
     automation: AutomationSettings = Field(default_factory=lambda: AutomationSettings())
     viewer: ViewerSettings = Field(default_factory=lambda: ViewerSettings())
@@ -186,6 +360,18 @@ class PipelineSettings(_Strict):
     suites: dict[str, EvaluationSuite]
     source: Path | None = None
     """The file these settings were read from (filled in by the loader)."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _core_prompt(cls, prompt: dict[str, Any]) -> dict[str, Any]:
+        try:
+            PromptConfig.model_validate(prompt)
+        except ValidationError as exc:
+            raise ValueError(
+                "; ".join(f"prompt.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
+                          for e in exc.errors())
+            ) from None
+        return prompt
 
     @field_validator("suites")
     @classmethod
@@ -220,18 +406,23 @@ def _format_error(path: Path, error: ErrorDetails) -> str:
     loc = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         return f"{path}: {loc}: unknown key; remove it or fix its spelling (see docs/pipeline.md)"
+    if error["type"] == "value_error":
+        # Our validators name the dotted key themselves (e.g. "inference.launch.gpus: …").
+        message = str(error["msg"]).removeprefix("Value error, ")
+        return f"{path}: {message}" if message.split(":", 1)[0].startswith(loc.split(".", 1)[0]) else (
+            f"{path}: {loc}: {message}"
+        )
     return f"{path}: {loc}: {error['msg']} (got {error.get('input')!r})"
 
 
-def load_pipeline_settings(path: str | Path | None = None) -> PipelineSettings:
-    """Read and validate the pipeline settings file; relative paths resolve against its folder.
+def read_settings_mapping(path: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """The settings file as a mapping with every relative path made absolute (against the file's folder).
 
-    Promises: every path in the result is absolute; every suite named by ``automation`` and
-    ``skills`` exists.
+    Returns ``(source, mapping)``; the mapping can be edited and written elsewhere as a settings file
+    of its own (the local sandbox does, to point the settings at the ports it got).
 
     Raises:
-        ConfigError: missing file, invalid YAML, unknown key or bad value — one line per problem,
-            naming the file and the dotted key.
+        ConfigError: missing file, invalid YAML, or not a mapping.
     """
     source = Path(path).expanduser().resolve() if path is not None else pipeline_config_path()
     try:
@@ -246,12 +437,39 @@ def load_pipeline_settings(path: str | Path | None = None) -> PipelineSettings:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: must be a mapping of settings", code="pipeline-config-invalid")
     base = source.parent
+
+    def absolute(value: str) -> str:
+        return str((base / Path(value).expanduser()).resolve())
+
     for key in ("runs_root", "checkpoint_registry", "split_file"):
         if isinstance(raw.get(key), str):
-            raw[key] = (base / Path(raw[key]).expanduser()).resolve()
-    for body in (raw.get("suites") or {}).values():
+            raw[key] = absolute(raw[key])
+    prompt = raw.get("prompt")
+    if isinstance(prompt, dict):
+        for key in ("system_prompt_file", "prompt_texts_file"):
+            if isinstance(prompt.get(key), str):
+                prompt[key] = absolute(prompt[key])
+    inference = raw.get("inference")
+    launch = inference.get("launch") if isinstance(inference, dict) else None
+    if isinstance(launch, dict) and isinstance(launch.get("state_dir"), str):
+        launch["state_dir"] = absolute(launch["state_dir"])
+    for body in (raw.get("suites") or {}).values() if isinstance(raw.get("suites"), dict) else ():
         if isinstance(body, dict) and isinstance(body.get("skills"), str):
-            body["skills"] = str((base / Path(body["skills"]).expanduser()).resolve())
+            body["skills"] = absolute(body["skills"])
+    return source, raw
+
+
+def load_pipeline_settings(path: str | Path | None = None) -> PipelineSettings:
+    """Read and validate the pipeline settings file; relative paths resolve against its folder.
+
+    Promises: every path in the result is absolute; every suite named by ``automation`` and
+    ``skills`` exists.
+
+    Raises:
+        ConfigError: missing file, invalid YAML, unknown key or bad value — one line per problem,
+            naming the file and the dotted key.
+    """
+    source, raw = read_settings_mapping(path)
     try:
         settings = PipelineSettings.model_validate({**raw, "source": source})
     except ValidationError as exc:

@@ -12,6 +12,8 @@ _EXPORTS: dict[str, str] = {
     "EvalConfig": "_config",
     "EnvironmentConfig": "_config_sections",
     "ModelConfig": "_config_sections",
+    "PromptConfig": "_config_sections",
+    "ServeConfig": "_config_sections",
     "config_from_mapping": "_config",
     "load_config": "_config",
     "RunResult": "_evaluation_options",

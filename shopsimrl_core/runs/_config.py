@@ -16,16 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.runs._config_sections import (
+    LAUNCHED_BASE_URL,
     EnvironmentConfig,
     ExperimentConfig,
     ModelConfig,
     PromptConfig,
     RuntimeConfig,
+    ServeConfig,
     SkillsConfig,
     TasksConfig,
     _Section,
@@ -53,8 +55,20 @@ class EvalConfig(_Section):
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     model: ModelConfig
+    serve: ServeConfig | None = None
+    """Additive: launch the checkpoint's inference server for the run (``shopsimrl_core.serving``)."""
 
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _launched_base_url(cls, data: Any) -> Any:
+        # A launched server's URL is known only once it runs: the config may omit model.base_url, which
+        # then holds a placeholder that no request ever reaches (the launch replaces it).
+        if isinstance(data, dict) and isinstance(data.get("serve"), dict) and isinstance(data.get("model"), dict):
+            if "base_url" not in data["model"]:
+                data = {**data, "model": {**data["model"], "base_url": LAUNCHED_BASE_URL}}
+        return data
 
     @property
     def source_path(self) -> Path | None:
@@ -123,6 +137,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "prompt": PromptConfig,
     "skills": SkillsConfig,
     "model": ModelConfig,
+    "serve": ServeConfig,
 }
 
 
@@ -209,6 +224,17 @@ def _validation_to_config_error(label: str, exc: ValidationError) -> ConfigError
 # loading
 
 
+def _resolve_weights(base_dir: Path, value: str | None) -> str | None:
+    # Weights may be a local path or a hub id / URI ("Qwen/Qwen3-4B", "s3://…"): a relative value is a
+    # path only when it names something that exists next to the YAML.
+    if value is None or "://" in value:
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str((base_dir / path).resolve()) if (base_dir / path).exists() else value
+
+
 def _resolve(base_dir: Path, value: str | None) -> str | None:
     if value is None:
         return None
@@ -265,6 +291,10 @@ def config_from_mapping(
     config.prompt.prompt_texts_file = _resolve(base_dir, config.prompt.prompt_texts_file)
     config.skills.path = _resolve(base_dir, config.skills.path)
     config.model.id = model_id
+    if config.serve is not None:
+        config.serve.weights = _resolve_weights(base_dir, config.serve.weights) or ""
+        config.serve.adapter = _resolve_weights(base_dir, config.serve.adapter)
+        config.serve.state_dir = _resolve(base_dir, config.serve.state_dir)
     config._source = source
 
     if exp.dotenv is not None and not Path(exp.dotenv).is_file():

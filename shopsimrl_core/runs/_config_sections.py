@@ -23,6 +23,9 @@ __all__ = [
     "PromptConfig",
     "SkillsConfig",
     "ModelConfig",
+    "ServeConfig",
+    "SERVER_KINDS",
+    "LAUNCHED_BASE_URL",
     "sanitize_name",
 ]
 
@@ -159,6 +162,12 @@ class EnvironmentConfig(_HttpServers):
     """
     base_urls: list[str] = Field(default_factory=list)
     """Additive: several servers used as one (``runs/_env_pool.py``); empty = ``base_url`` alone. Execution setting."""
+    identity: str | None = Field(default=None, min_length=1)
+    """Additive: a stable name for this environment in the plan, in place of ``base_url``.
+
+    For a server whose URL changes between runs (a sandbox on a free port, a server that moved hosts)
+    while what it serves does not; null keeps ``base_url`` in the identity (the published rule).
+    """
 
 
 class RuntimeConfig(_Section):
@@ -249,3 +258,61 @@ class ModelConfig(_HttpServers):
     tool_call_content: Literal["null", "empty", "omit"] = "null"
     """Additive: ``content`` of a replayed assistant message that carries a tool call: ``null`` (default),
     ``empty`` (``""``, needed by llama.cpp's server) or ``omit`` (no key). Semantic when not ``null``."""
+
+
+LAUNCHED_BASE_URL = "http://launched.invalid/v1"
+"""``model.base_url`` of a config with a ``serve`` section that omits it: replaced by the launched URL."""
+
+SERVER_KINDS = ("vllm", "sglang", "llama_cpp_python", "llama_server", "shopsim_sandbox", "custom")
+"""Inference servers ``serve.server`` names; each but ``custom`` has a shipped command template."""
+
+
+class ServeConfig(_Section):
+    """Additive: launch the inference server of the checkpoint for this run (``shopsimrl_core.serving``).
+
+    With this section the run starts the server on a free port, waits until it serves ``model.name``
+    and answers one probe completion, runs the evaluation against it and stops its whole process
+    group (also on failure and SIGTERM). ``model.base_url`` may then be omitted: the launched server's
+    URL is used, and the plan identifies the model by what was served (server kind, weights and their
+    content identity), never by the port it happened to get.
+    """
+
+    server: Literal["vllm", "sglang", "llama_cpp_python", "llama_server", "shopsim_sandbox", "custom"]
+    """Which command template to fill (docs/pipeline.md, "Serving checkpoints"); ``custom`` needs ``command``."""
+    weights: str = Field(min_length=1)
+    """Full weights to serve (a local file or folder, or a URI / hub id the server understands); with
+    ``adapter``, the base model the adapter applies to. Relative paths resolve against the YAML's folder."""
+    adapter: str | None = Field(default=None, min_length=1)
+    """A LoRA adapter (local folder or URI) served over ``weights``; null serves the full weights."""
+    command: list[str] | None = Field(default=None, min_length=1)
+    """The command template instead of the shipped one: each item may hold ``{weights}``, ``{adapter}``,
+    ``{host}``, ``{port}``, ``{served_model}``, ``{python}`` and ``{gpus_per_server}``."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Arguments appended to the filled template (e.g. ``--max-model-len 8192``)."""
+    python: str | None = Field(default=None, min_length=1)
+    """The interpreter ``{python}`` stands for; null = this process's own (``sys.executable``)."""
+    host: str = Field(default="127.0.0.1", min_length=1)
+    """Address the server binds and the run connects to."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables of the server process (never secrets: those come from the environment)."""
+    gpus: list[str] = Field(default_factory=list)
+    """The GPU pool: device ids handed out as ``CUDA_VISIBLE_DEVICES``; empty = no GPUs (CPU servers)."""
+    gpus_per_server: int = Field(default=1, ge=0)
+    """Devices one server gets from ``gpus`` (0 for CPU servers; ignored when ``gpus`` is empty)."""
+    state_dir: str | None = None
+    """Folder of the GPU locks and the records of running servers; runs that share GPUs must share it.
+    Null = ``<experiment.output_dir>/.servers``. Relative paths resolve against the YAML's folder."""
+    start_timeout: float = Field(default=900.0, gt=0)
+    """Seconds the server may take to list ``model.name`` in ``/v1/models`` and answer the probe."""
+    gpu_wait_timeout: float = Field(default=86_400.0, gt=0)
+    """Seconds to wait for free devices in ``gpus`` before the run fails."""
+    stop_timeout: float = Field(default=30.0, gt=0)
+    """Seconds between SIGTERM to the server's process group and SIGKILL."""
+    probe: bool = True
+    """Send one probe completion (``max_tokens: 1``) before the run; false checks ``/v1/models`` only."""
+
+    @model_validator(mode="after")
+    def _command_for_custom(self) -> ServeConfig:
+        if self.server == "custom" and self.command is None:
+            raise ValueError("serve.server custom needs serve.command (a list of arguments with {port} etc.)")
+        return self

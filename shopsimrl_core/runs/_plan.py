@@ -24,6 +24,7 @@ __all__ = [
     "build_plan",
     "model_identity",
     "environment_identity",
+    "served_identity",
     "semantic_projection",
     "plan_differences",
     "FINGERPRINT_SCHEME",
@@ -43,7 +44,11 @@ def model_identity(config: EvalConfig, *, with_transport: bool) -> dict[str, Any
     if m.checkpoint_id is not None:
         identity["checkpoint_id"] = m.checkpoint_id
     identity["model"] = m.name
-    identity["base_url"] = m.base_url.rstrip("/")
+    if config.serve is None:
+        identity["base_url"] = m.base_url.rstrip("/")
+    else:
+        # A launched server's URL holds the port it happened to get: the identity is what was served.
+        identity["served"] = served_identity(config)
     if with_transport:
         identity["transport"] = {
             "timeout_seconds": m.timeout,
@@ -67,14 +72,26 @@ def model_identity(config: EvalConfig, *, with_transport: bool) -> dict[str, Any
     return identity
 
 
+def served_identity(config: EvalConfig) -> dict[str, Any]:
+    """What a launched server serves (``serve`` section): server kind, weights and adapter, each with its content."""
+    from shopsimrl_core.serving._weights import weights_identity
+
+    serve = config.serve
+    assert serve is not None
+    identity: dict[str, Any] = {"server": serve.server, "weights": weights_identity(serve.weights)}
+    if serve.adapter is not None:
+        identity["adapter"] = weights_identity(serve.adapter)
+    return identity
+
+
 def environment_identity(config: EvalConfig, persona: bool) -> dict[str, Any]:
-    """The plan's environment identity (§6.3), without the observed versions."""
-    return {
-        "adapter": ENVIRONMENT_ADAPTER,
-        "base_url": config.environment.base_url.rstrip("/"),
-        "persona": persona,
-        "interaction_mode": INTERACTION_MODE,
-    }
+    """The plan's environment identity (§6.3), without the observed versions.
+
+    ``environment.identity``, when set, stands in place of ``base_url`` (a server whose URL changes).
+    """
+    env = config.environment
+    where = {"base_url": env.base_url.rstrip("/")} if env.identity is None else {"identity": env.identity}
+    return {"adapter": ENVIRONMENT_ADAPTER, **where, "persona": persona, "interaction_mode": INTERACTION_MODE}
 
 
 def _resolve_persona(config: EvalConfig, split: TaskSplit) -> bool:

@@ -48,7 +48,8 @@ class ProgressEvent:
     status: str | None = None
     reward: float | None = None
     message: str | None = None
-    """The text of a ``notice`` event (untrusted server text is cut to one line)."""
+    """The text of a ``notice`` event (untrusted server text is cut to one line); a notice whose ``status`` is
+    ``serving`` is about the run's launched inference server (started, ready, stopped, orphan stopped)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as a JSON-ready dict."""

@@ -271,6 +271,8 @@ def _rollout_metadata(
         "checkpoint_step": checkpoint.step,
         "served_model": served_model,
         "endpoint": model_base_url,
+        "served_weights": dg.MetadataValue.json(served) if (served := (manifest or {}).get("plan", {}).get(
+            "model", {}).get("served")) else dg.MetadataValue.null(),
         "environment": environment_url,
         "coverage": float(counts.get("coverage") or 0.0),
         "episodes_requested": int(counts.get("requested") or 0),
@@ -408,6 +410,7 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
             inference=inference_endpoint,
             environment=shopsim_environment,
             split_file=settings.split_file,
+            prompt=settings.prompt,
         )
         run_dir = run_storage.run_dir(name, checkpoint.checkpoint_id)
         context.log.info(f"rollout {checkpoint.checkpoint_id} on suite {name}: config {config_path}, run dir {run_dir}")
@@ -419,7 +422,8 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
             if event.kind == "start":
                 before.setdefault("done", int(event.done))
             if event.kind == "notice":  # waits for slots, outages, released leases: always worth a line
-                context.log.warning(event.message)
+                # A launched server's start and stop (status "serving") are the run's ordinary course.
+                (context.log.info if event.status == "serving" else context.log.warning)(event.message)
                 return
             # One line per tenth of the run keeps the run log readable for thousands of episodes.
             tenth = max(1, event.total // 10)

@@ -21,7 +21,7 @@ import dagster as dg
 
 from ..deploy.executors import evaluation_executor
 from ..registry import read_registry
-from ..run_tags import ENDPOINT_TAG, endpoint_tag_value
+from ..run_tags import ENDPOINT_TAG, GPU_POOL_TAG, GPU_POOL_VALUE, endpoint_tag_value
 from ..settings import PipelineSettings
 from .assets import EVALUATION_ASSET_NAMES, suite_asset_key
 from .partitions import checkpoints
@@ -30,6 +30,7 @@ __all__ = [
     "evaluation_job_name",
     "evaluation_selection",
     "endpoint_of",
+    "run_tags_for",
     "build_jobs",
     "evaluation_jobs",
     "partition_config",
@@ -50,19 +51,36 @@ def evaluation_selection(suite: str) -> dg.AssetSelection:
 
 
 def endpoint_of(settings: PipelineSettings, checkpoint_id: str) -> str:
-    """The inference endpoint serving *checkpoint_id*: its registry entry's, else the settings' default."""
+    """Where *checkpoint_id* is served, as the run queue's endpoint tag.
+
+    Its registry entry's endpoint; ``launch:<id>`` for a server launched for its runs; else the settings'
+    default endpoint.
+    """
+    inference = settings.inference
     for entry in read_registry(settings.checkpoint_registry):
-        if entry.checkpoint_id == checkpoint_id and entry.endpoint:
+        if entry.checkpoint_id != checkpoint_id:
+            continue
+        if entry.endpoint:
             return entry.endpoint
-    return settings.inference.base_url
+        if inference.mode == "launch" and entry.serves_weights:
+            return f"launch:{checkpoint_id}"
+    return inference.base_url
+
+
+def run_tags_for(settings: PipelineSettings, checkpoint_id: str) -> dict[str, str]:
+    """The queue tags of a run that serves *checkpoint_id*: its endpoint, and the GPU pool for a launched server."""
+    endpoint = endpoint_of(settings, checkpoint_id)
+    if endpoint.startswith("launch:"):
+        return {ENDPOINT_TAG: endpoint, GPU_POOL_TAG: GPU_POOL_VALUE}
+    return {ENDPOINT_TAG: endpoint_tag_value(endpoint)}
 
 
 def partition_config(settings: PipelineSettings) -> dg.PartitionedConfig:
-    """Per-checkpoint run tags (``shopsimrl/endpoint``) for a job partitioned by checkpoint; no run config."""
+    """Per-checkpoint run tags (``shopsimrl/endpoint``, ``shopsimrl/gpu-pool``) for a job partitioned by checkpoint."""
 
     def tags_for(partition_key: str) -> Mapping[str, str]:
-        # Read when a run is created (launch, backfill, sensor), so a newly registered endpoint counts.
-        return {ENDPOINT_TAG: endpoint_tag_value(endpoint_of(settings, partition_key))}
+        # Read when a run is created (launch, backfill, sensor), so a newly registered checkpoint counts.
+        return run_tags_for(settings, partition_key)
 
     return dg.PartitionedConfig(
         partitions_def=checkpoints, run_config_for_partition_key_fn=lambda _key: {}, tags_for_partition_key_fn=tags_for

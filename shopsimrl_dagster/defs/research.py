@@ -16,13 +16,14 @@ of the four assets for one key. The judge asset reports agreement with the envir
 
 
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from ..settings import PipelineSettings
+from ..settings import AnalystSettings, PipelineSettings
 from .assets import as_failure, suite_asset_key
 from .partitions import checkpoints
 from .resources import EndpointUnavailable, RunStorage, _get_json
@@ -39,47 +40,65 @@ DRAFT, POOL, GATE, BANK, CURRICULUM, JUDGE = RESEARCH_ASSET_KEYS
 
 
 class AnalystEndpoint(dg.ConfigurableResource):
-    """The analyst model: an OpenAI-compatible endpoint, like the policy's (key only via ``api_key_env``)."""
+    """The analyst model: the pipeline's ``analyst`` section (the core's ``model`` keys), passed through as given.
 
-    base_url: str = "http://127.0.0.1:5900/v1"
-    served_model: str = "shopsim-analyst"
-    api_key_env: str | None = None
-    timeout_s: float = 300.0
-    max_retries: int = 3
-    health_timeout_s: float = 10.0
+    The key is read only via ``api_key_env``, when a request needs it.
+    """
+
+    section: str = "{}"
+    """The ``analyst`` section of the pipeline settings, as JSON."""
+
+    @classmethod
+    def of(cls, **section: Any) -> "AnalystEndpoint":
+        """The resource for an ``analyst`` section given as keyword arguments (validated at once)."""
+        AnalystSettings.model_validate(section)
+        return cls(section=json.dumps(section))
+
+    def settings(self) -> AnalystSettings:
+        """The section, validated by the core's ``ModelConfig``."""
+        return AnalystSettings.model_validate(json.loads(self.section))
+
+    @property
+    def base_url(self) -> str:
+        """The analyst's OpenAI base URL."""
+        return self.settings().base_url
 
     def health_check(self) -> list[str]:
-        """Check that the endpoint answers ``GET /models`` and serves ``served_model``; return the served names.
+        """Check that the endpoint answers ``GET /models`` and serves the analyst model; return the served names.
 
         Raises:
             EndpointUnavailable: unreachable, non-200, a missing API key, or the model is not served.
         """
         import os
 
+        settings = self.settings()
+        core_model = settings.core()
         headers = {}
-        if self.api_key_env:
-            key = os.environ.get(self.api_key_env)
+        if core_model.api_key_env:
+            key = os.environ.get(core_model.api_key_env)
             if not key:
-                raise EndpointUnavailable(description=f"analyst endpoint {self.base_url}: environment variable "
-                                                      f"{self.api_key_env} is not set; export it or set "
-                                                      "api_key_env: null")
+                raise EndpointUnavailable(description=f"analyst endpoint {core_model.base_url}: environment variable "
+                                                      f"{core_model.api_key_env} is not set; export it or set "
+                                                      "analyst.api_key_env: null")
             headers["Authorization"] = f"Bearer {key}"
-        base = self.base_url.rstrip("/")
-        body = _get_json(f"{base}/models", timeout=self.health_timeout_s, headers=headers, what="analyst endpoint",
-                         fix="start it (e.g. `shopsim-sandbox serve --analyst-port 5900`) or fix the analyst resource")
+        base = core_model.base_url.rstrip("/")
+        body = _get_json(f"{base}/models", timeout=settings.health_timeout_s, headers=headers, what="analyst endpoint",
+                         fix="start it (e.g. `shopsim-sandbox serve --analyst-port 0`) or fix analyst.base_url in the "
+                             "pipeline settings")
         data = body.get("data") if isinstance(body, dict) else None
         served = [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id") is not None]
-        if self.served_model not in served:
-            raise EndpointUnavailable(description=f"analyst endpoint {base} does not serve {self.served_model!r} "
-                                                  f"(it serves {served}); fix served_model")
+        if core_model.name not in served:
+            raise EndpointUnavailable(description=f"analyst endpoint {base} does not serve {core_model.name!r} "
+                                                  f"(it serves {served}); fix analyst.name in the pipeline settings")
         return served
 
     def model(self) -> Any:
         """A fresh ``AnalystModel`` for one materialization."""
         from shopsimrl_core import AnalystModel
 
-        return AnalystModel(base_url=self.base_url, model=self.served_model, api_key_env=self.api_key_env,
-                            timeout=self.timeout_s, max_retries=self.max_retries)
+        core_model = self.settings().core()
+        return AnalystModel(base_url=core_model.base_url, model=core_model.name, api_key_env=core_model.api_key_env,
+                            timeout=core_model.timeout, max_retries=core_model.max_retries)
 
 
 class Trace2SkillAssetConfig(dg.Config):

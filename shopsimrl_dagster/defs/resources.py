@@ -76,70 +76,143 @@ def _get_json(url: str, *, timeout: float, headers: dict[str, str] | None = None
 
 
 class InferenceEndpoint(dg.ConfigurableResource):
-    """An OpenAI-compatible chat-completions endpoint that serves checkpoints.
+    """How checkpoints are served: the pipeline's ``inference`` section, passed through as given.
 
-    The API key is read from the environment variable named by ``api_key_env`` (through
-    ``dg.EnvVar``), only when a request needs it; it never appears in config, metadata or logs.
-    Runs against one endpoint queue behind each other (run tag ``shopsimrl/endpoint``, limited per
-    unique value in ``dagster.yaml``); within a rollout at most ``max_in_flight`` episodes run at once.
-    Field names and defaults are those of ``InferenceSettings`` (the ``inference:`` section).
+    ``section`` is that section as JSON (``InferenceSettings`` reads it; its core keys are the core's
+    ``model`` keys with the core's defaults, so nothing here keeps defaults of its own). In ``external``
+    mode a checkpoint is served at its registry entry's ``endpoint`` or the section's ``base_url``; in
+    ``launch`` mode a checkpoint whose entry names ``weights`` (or an adapter) gets a server launched
+    for its run by the core (``shopsimrl_core.serving``) from ``launch``.
+
+    The API key is read from the environment variable named by ``api_key_env`` only when a request needs
+    it; it never appears in config, metadata or logs. Within a rollout at most ``max_in_flight``
+    episodes run at once; across runs the instance's queue limits runs per endpoint and launched
+    servers to the GPU pool's slots (``shopsimrl/endpoint`` and ``shopsimrl/gpu-pool`` run tags).
     """
 
-    base_url: str = InferenceSettings.model_fields["base_url"].default
-    """OpenAI base URL ending in ``/v1`` (e.g. ``http://gpu-3:30000/v1``)."""
-    served_model: str = InferenceSettings.model_fields["served_model"].default
-    """Model name used when a checkpoint's registry entry names none."""
-    api_key_env: str | None = None
-    """Environment variable holding the API key; null = no Authorization header."""
-    max_in_flight: int = InferenceSettings.model_fields["max_in_flight"].default
-    """Episodes in flight per rollout (each has at most one request outstanding)."""
-    timeout_s: float = InferenceSettings.model_fields["timeout_s"].default
-    """Per-attempt timeout of one chat completion, seconds (core ``model.timeout``)."""
-    max_retries: int = InferenceSettings.model_fields["max_retries"].default
-    """Total HTTP attempts per model call (core ``model.max_retries``)."""
-    health_timeout_s: float = InferenceSettings.model_fields["health_timeout_s"].default
-    """Timeout of the health check, seconds."""
-    base_urls: list[str] = []
-    """Replicas of this endpoint (core ``model.base_urls``) for checkpoints without an endpoint of their own."""
+    section: str = "{}"
+    """The ``inference`` section of the pipeline settings, as JSON."""
+
+    @classmethod
+    def of(cls, **section: Any) -> InferenceEndpoint:
+        """The resource for an ``inference`` section given as keyword arguments (validated at once)."""
+        InferenceSettings.model_validate(section)
+        return cls(section=json.dumps(section))
+
+    def settings(self) -> InferenceSettings:
+        """The section, validated by the core's models."""
+        return InferenceSettings.model_validate(json.loads(self.section))
+
+    @property
+    def max_in_flight(self) -> int:
+        """Episodes in flight per rollout."""
+        return self.settings().max_in_flight
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The environment variable holding the API key (core ``model.api_key_env``)."""
+        return self.settings().core().api_key_env
+
+    @property
+    def timeout(self) -> float:
+        """Seconds per HTTP attempt (core ``model.timeout``)."""
+        return self.settings().core().timeout
+
+    def launches(self, checkpoint: Checkpoint) -> bool:
+        """Whether *checkpoint*'s runs launch their own server (``launch`` mode and the entry names weights)."""
+        return self.settings().mode == "launch" and checkpoint.serves_weights and checkpoint.endpoint is None
 
     def replicas_for(self, checkpoint: Checkpoint) -> list[str]:
-        """The replica URLs serving *checkpoint*: this endpoint's, unless its registry entry names another endpoint."""
-        return list(self.base_urls) if checkpoint.endpoint is None else []
+        """The replica URLs serving *checkpoint*: the section's, for checkpoints on the default endpoint."""
+        if checkpoint.endpoint is not None or self.launches(checkpoint):
+            return []
+        return list(self.settings().core().base_urls)
 
     def _headers(self) -> dict[str, str]:
-        if not self.api_key_env:
+        name = self.api_key_env
+        if not name:
             return {}
-        key = dg.EnvVar(self.api_key_env).get_value()
+        key = dg.EnvVar(name).get_value()
         if not key:
             raise EndpointUnavailable(
-                description=f"inference endpoint {self.base_url}: environment variable {self.api_key_env} is not set; "
+                description=f"inference endpoint: environment variable {name} is not set; "
                 f"export it in the shell that runs dagster (or set inference.api_key_env: null for an endpoint "
                 f"without auth)"
             )
         return {"Authorization": f"Bearer {key}"}
 
     def base_url_for(self, checkpoint: Checkpoint) -> str:
-        """The base URL serving *checkpoint*: its registry entry's endpoint, else this endpoint's."""
-        return (checkpoint.endpoint or self.base_url).rstrip("/")
+        """Where *checkpoint* is served: its entry's endpoint, ``launched`` for a launched server, else the default."""
+        if self.launches(checkpoint):
+            return "launched"
+        return (checkpoint.endpoint or self.settings().base_url).rstrip("/")
 
     def model_for(self, checkpoint: Checkpoint) -> str:
-        """The served model name of *checkpoint*: its entry's ``served_model``, else this endpoint's default."""
-        return checkpoint.served_model or self.served_model
+        """The served model name of *checkpoint*.
+
+        Its entry's ``served_model``; for a launched server the checkpoint id; else the section's ``name``.
+        """
+        if checkpoint.served_model:
+            return checkpoint.served_model
+        return checkpoint.checkpoint_id if self.launches(checkpoint) else self.settings().name
+
+    def model_section(self, checkpoint: Checkpoint, sampling: dict[str, Any]) -> dict[str, Any]:
+        """The core ``model`` section of *checkpoint*'s rollout.
+
+        The section's core keys as given, the suite's *sampling* keys over them, then the checkpoint's id,
+        name and endpoint (none for a launched server: the launch fills it in).
+        """
+        section: dict[str, Any] = {
+            **self.settings().model,
+            **sampling,
+            "id": checkpoint.checkpoint_id,
+            "checkpoint_id": checkpoint.checkpoint_id,
+            "name": self.model_for(checkpoint),
+        }
+        if self.launches(checkpoint):
+            section.pop("base_url", None)
+            section.pop("base_urls", None)
+        else:
+            section["base_url"] = self.base_url_for(checkpoint)
+            replicas = self.replicas_for(checkpoint)
+            if replicas:
+                section["base_urls"] = replicas
+            else:
+                section.pop("base_urls", None)
+        return section
+
+    def serve_section(self, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """The core ``serve`` section launching *checkpoint* (launch settings plus its weights), or None."""
+        if not self.launches(checkpoint):
+            return None
+        launch = self.settings().launch
+        assert launch is not None  # the settings refuse launch mode without it
+        serve: dict[str, Any] = {**launch.serve, "weights": checkpoint.served_weights}
+        if checkpoint.adapter is not None:
+            serve["adapter"] = checkpoint.adapter
+        return serve
 
     def health_check(self, checkpoint: Checkpoint) -> dict[str, Any]:
         """Check that the endpoint answers ``GET /models`` and serves *checkpoint*'s model.
 
-        Returns ``{"url", "models"}`` (the served model names).
+        Returns ``{"url", "models"}`` (the served model names). A checkpoint whose server is launched for
+        its run is not checked here: the launch waits until the server lists the model and answers a probe.
 
         Raises:
             EndpointUnavailable: unreachable, non-200, missing API key, or the model is not served
                 (the message lists what is served).
         """
+        if self.launches(checkpoint):
+            return {"url": "launched", "models": []}
         base = self.base_url_for(checkpoint)
         model = self.model_for(checkpoint)
         fix = "start the server or fix inference.base_url / the checkpoint's endpoint in the registry"
         body = _get_json(
-            f"{base}/models", timeout=self.health_timeout_s, headers=self._headers(), what="inference endpoint", fix=fix
+            f"{base}/models",
+            timeout=self.settings().health_timeout_s,
+            headers=self._headers(),
+            what="inference endpoint",
+            fix=fix,
         )
         served = (
             [str(item.get("id")) for item in (body.get("data") or []) if isinstance(item, dict)]
@@ -169,6 +242,8 @@ class ShopSimulatorEnvironment(dg.ConfigurableResource):
     """Timeout of the ``/healthz`` check, seconds."""
     base_urls: list[str] = []
     """Several servers used as one (core ``environment.base_urls``); empty: ``base_url`` alone."""
+    identity: str | None = None
+    """The environment's stable name in run plans instead of its URL (core ``environment.identity``)."""
 
     def health_check(self) -> dict[str, Any]:
         """Read ``/healthz`` and refuse a server whose versions this runtime does not know.
@@ -246,6 +321,10 @@ class RunStorage(dg.ConfigurableResource):
         """Immutable ``skillbank-<sha256>.json`` snapshots."""
         return self.root_path / "skillbanks"
 
+    def servers_dir(self) -> Path:
+        """GPU locks and records of launched inference servers (``shopsimrl_core.serving``), shared by every suite."""
+        return self.root_path / "_servers"
+
     def progress_dir(self, suite: str) -> Path:
         """Where the per-suite progress chart and table are written."""
         return self.root_path / "_progress" / suite
@@ -295,7 +374,7 @@ class EvaluationSuites(dg.ConfigurableResource):
 def resources_from_settings(settings: PipelineSettings) -> dict[str, dg.ConfigurableResource]:
     """The resource instances a code location uses, built from *settings* (sections passed through as is)."""
     return {
-        "inference_endpoint": InferenceEndpoint(**settings.inference.model_dump()),
+        "inference_endpoint": InferenceEndpoint(section=json.dumps(settings.inference.section())),
         "shopsim_environment": ShopSimulatorEnvironment(**settings.environment.model_dump()),
         "run_storage": RunStorage(root=str(settings.runs_root)),
         "checkpoint_registry": CheckpointRegistry(folder=str(settings.checkpoint_registry)),

@@ -211,11 +211,18 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
             from shopsimrl_core import AnalystCandidateProvider
 
             checkpoint = checkpoint_registry.get(checkpoint_id)
+            if inference_endpoint.launches(checkpoint):
+                raise dg.Failure(
+                    description=f"skill_candidates.provider analyst: checkpoint {checkpoint_id} is served only while "
+                    "its rollout runs (inference.mode launch); use provider rule_based, or the analyst_skills job "
+                    "(the analyst section's endpoint)",
+                    allow_retries=False,
+                )
             provider = AnalystCandidateProvider(
                 base_url=inference_endpoint.base_url_for(checkpoint),
                 model=config.analyst_model or inference_endpoint.model_for(checkpoint),
                 api_key_env=inference_endpoint.api_key_env,
-                timeout=inference_endpoint.timeout_s,
+                timeout=inference_endpoint.timeout,
             )
         elif config.provider != "rule_based":
             raise dg.Failure(

@@ -38,7 +38,7 @@ def write_settings(
         split_file=str(split_file or REPO_ROOT / "configs" / "sandbox" / "persona_splits.sandbox.json"),
     )
     base["environment"]["base_url"] = env_url
-    base["inference"].update(base_url=policy_url, served_model=served_model, **inference)
+    base["inference"].update(base_url=policy_url, name=served_model, **inference)
     base["suites"]["val"]["sample_size"] = val_sample
     base["suites"]["test"]["sample_size"] = 3
     base["suites"]["train"].update(sample_size=3, repeats=2)

@@ -152,8 +152,11 @@ def test_instance_template_queues_runs_per_endpoint_and_monitors_run_workers(tmp
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         limits = instance.run_coordinator.get_run_queue_config().tag_concurrency_limits
+        # The per-endpoint limit of the template, and the GPU pool's slots of the settings in use
+        # (configs/pipeline/pipeline.yaml: launch mode, gpus ["0", "1"], one per server).
         assert [dict(limit) for limit in limits] == [
-            {"key": "shopsimrl/endpoint", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+            {"key": "shopsimrl/endpoint", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+            {"key": "shopsimrl/gpu-pool", "value": "launch", "limit": 2},
         ]
         assert isinstance(instance.run_launcher, LocalProcessRunLauncher)
         assert type(instance.run_coordinator).__name__ == "EndpointQueuedRunCoordinator"

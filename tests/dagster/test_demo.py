@@ -34,49 +34,85 @@ def _demo(settings: Path, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _block(stdout: str, checkpoint: str, suite: str) -> str:
+    head = f"checkpoint {checkpoint} (step {int(checkpoint[-6:])}), suite {suite}"
+    assert head in stdout, stdout
+    return stdout.split(head, 1)[1].split("\ncheckpoint ", 1)[0]
+
+
+CHECKPOINTS = ("demo-step-000100", "demo-step-000200", "demo-step-000300")
+
+
 @pytest.mark.slow
-def test_demo_materializes_the_lineage_into_the_instance_and_resumes(tmp_path: Path, settings_writer) -> None:
-    env_port, policy_port = _free_port(), _free_port()
-    settings = settings_writer(
-        tmp_path,
-        env_url=f"http://127.0.0.1:{env_port}",
-        policy_url=f"http://127.0.0.1:{policy_port}/v1",
-        val_sample=None,
-    )
-    home = tmp_path / "dagster_home"
+def test_two_demos_at_once_serve_three_checkpoints_on_free_ports_and_resume(tmp_path: Path, settings_writer) -> None:
+    """Acceptance 6: three launched checkpoints with different numbers and a non-zero comparison; two demos
+    started at once (different instance folders, no fixed port anywhere) both finish; a rerun resumes."""
+    runs = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        # The servers named in the settings do not exist: the demo starts its own on free ports.
+        settings = settings_writer(folder, val_sample=None)
+        env = {**os.environ, "SHOPSIMRL_PIPELINE_CONFIG": str(settings)}
+        argv = [sys.executable, "-m", "shopsimrl_dagster.demo", "--dagster-home", str(folder / "home")]
+        runs.append((folder, subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True)))
+    outputs = []
+    for folder, process in runs:
+        stdout, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, stdout + stderr
+        outputs.append((folder, stdout))
+    folder, stdout = outputs[0]
+    assert "demo: sandbox started on free ports" in stdout
+    successes = []
+    for checkpoint in CHECKPOINTS:
+        val = _block(stdout, checkpoint, "val")
+        assert "episodes     60/60 completed (coverage 1.00, 0 reused from earlier runs)" in val
+        summary = json.loads((folder / "home" / "runs" / "val" / checkpoint / "summary.json").read_text())
+        successes.append(summary["primary"]["success_rate"])
+        # The printed val numbers are the core summary's, rounded.
+        assert f"success      {summary['primary']['success_rate']:.3f} [" in val
+        # The checkpoint's policy server was launched for the run, its log kept in the run directory.
+        assert list((folder / "home" / "runs" / "val" / checkpoint / "server-logs").glob("*.log"))
+    assert len(set(successes)) == 3 and successes == sorted(successes), successes
+    later = _block(stdout, CHECKPOINTS[1], "val")
+    assert "comparison   vs demo-step-000100:" in later and "delta reward 0.0000" not in later
+    # Both demos computed the same numbers (same checkpoints, same seeds), each in its own instance.
+    other = outputs[1][0]
+    for checkpoint in CHECKPOINTS:
+        mine = json.loads((folder / "home" / "runs" / "val" / checkpoint / "summary.json").read_text())
+        theirs = json.loads((other / "home" / "runs" / "val" / checkpoint / "summary.json").read_text())
+        assert mine["primary"] == theirs["primary"]
 
-    first = _demo(settings, home)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "demo: sandbox started" in first.stdout
-    for suite in ("train", "val"):
-        assert f"checkpoint demo-step-000100 (step 100), suite {suite}" in first.stdout
-    assert "episodes     60/60 completed (coverage 1.00, 0 reused from earlier runs)" in first.stdout
-    assert "make ui" in first.stdout
+    home = folder / "home"
     assert (home / "dagster.yaml").read_text() == (REPO_ROOT / "configs" / "pipeline" / "dagster.yaml").read_text()
-    val_summary = json.loads((tmp_path / "runs" / "val" / "demo-step-000100" / "summary.json").read_text())
-    # The printed val numbers are the core summary's, rounded.
-    assert f"success      {val_summary['primary']['success_rate']:.3f} [" in first.stdout
-
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         # Each suite has its own asset: val's partition shows val numbers, train's shows train numbers.
         for suite in ("val", "train"):
             records = instance.fetch_materializations(dg.AssetKey([suite, "eval_summary"]), limit=5).records
-            assert [r.partition_key for r in records] == ["demo-step-000100"]
-            meta = records[0].asset_materialization.metadata
-            assert meta["suite"].value == suite
-            on_disk = json.loads((tmp_path / "runs" / suite / "demo-step-000100" / "summary.json").read_text())
-            assert meta["reward"].value == on_disk["primary"]["reward_mean"]
-        assert instance.get_dynamic_partitions("checkpoints") == ["demo-step-000100"]
+            assert sorted(r.partition_key for r in records) == list(CHECKPOINTS)
+            for record in records:
+                meta = record.asset_materialization.metadata
+                assert meta["suite"].value == suite
+                on_disk = json.loads((home / "runs" / suite / record.partition_key / "summary.json").read_text())
+                assert meta["reward"].value == on_disk["primary"]["reward_mean"]
+        assert instance.get_dynamic_partitions("checkpoints") == list(CHECKPOINTS)
         assert instance.fetch_materializations(dg.AssetKey(["val", "progress"]), limit=1).records
-        # One checkpoint: nothing to compare with, so no comparison materialization exists.
-        assert not instance.fetch_materializations(dg.AssetKey(["val", "checkpoint_comparison"]), limit=1).records
+        comparisons = instance.fetch_materializations(dg.AssetKey(["val", "checkpoint_comparison"]), limit=5).records
+        assert sorted(r.partition_key for r in comparisons) == list(CHECKPOINTS[1:])
     finally:
         instance.dispose()
+    # No launched server outlives its run.
+    leftovers = subprocess.run(["pgrep", "-f", f"--checkpoint {REPO_ROOT}/configs/demo"], capture_output=True)
+    assert leftovers.stdout == b"", leftovers.stdout
 
+    settings = settings_writer(folder, val_sample=None)
     second = _demo(settings, home)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "episodes     60/60 completed (coverage 1.00, 60 reused from earlier runs)" in second.stdout
+    assert "episodes     60/60 completed (coverage 1.00, 60 reused from earlier runs)" in _block(
+        second.stdout, CHECKPOINTS[2], "val"
+    )
 
 
 def test_demo_reports_bad_settings_in_one_line(tmp_path: Path) -> None:
@@ -88,61 +124,36 @@ def test_demo_reports_bad_settings_in_one_line(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_demo_reuses_only_a_verified_sandbox(tmp_path: Path, settings_writer, sandbox) -> None:
-    """Servers already on the demo's ports are used only if they are the sandbox serving the split
-    file's catalog; an old sandbox with another catalog, or a foreign server, stops the demo."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from shopsimrl_dagster.demo import DemoError, LocalSandbox
+def test_local_sandbox_points_the_settings_at_its_free_ports_and_refuses_another_catalog(
+    tmp_path: Path, settings_writer
+) -> None:
+    from shopsimrl_dagster.local_sandbox import LocalSandbox, SandboxError
     from shopsimrl_dagster.settings import load_pipeline_settings
 
-    def settings(folder: str, **kw):
-        (tmp_path / folder).mkdir()
-        return load_pipeline_settings(settings_writer(tmp_path / folder, **kw))
-
-    ours = settings("ours", env_url=sandbox.env_url, policy_url=sandbox.policy_url, split_file=sandbox.split_file)
-    with LocalSandbox(ours) as reused:
-        assert reused.started is False
+    source = settings_writer(tmp_path)
+    with LocalSandbox(tmp_path / "home", source=source, own_runs_root=True) as box:
+        settings = load_pipeline_settings(box.settings_path)
+        assert settings.environment.base_url == box.env_url != "http://127.0.0.1:9"
+        assert (settings.environment.identity or "").startswith("shopsim-sandbox:")
+        assert settings.inference.base_url == box.policy_url and settings.analyst.base_url == box.analyst_url
+        assert settings.runs_root == (tmp_path / "home" / "runs").resolve()
+        # The written settings keep everything else of the source (suites, launch settings).
+        assert settings.suites == load_pipeline_settings(source).suites
+        assert settings.inference.launch == load_pipeline_settings(source).inference.launch
+        with socket.create_connection(("127.0.0.1", int(box.env_url.rsplit(":", 1)[1])), timeout=5):
+            pass
+        process = box._process
+    assert process is not None and process.poll() is not None  # stopped on exit
 
     # A split file built from another catalog (as an old sandbox with another --catalog-size would serve).
-    other = json.loads(Path(sandbox.split_file).read_text(encoding="utf-8"))
+    other = json.loads((REPO_ROOT / "configs" / "sandbox" / "persona_splits.sandbox.json").read_text(encoding="utf-8"))
     served = other["source"]["cleaned_archive_sha256"]
     other["source"]["cleaned_archive_sha256"] = "0" * 64
     (tmp_path / "other_splits.json").write_text(json.dumps(other), encoding="utf-8")
-    stale = settings(
-        "stale", env_url=sandbox.env_url, policy_url=sandbox.policy_url, split_file=tmp_path / "other_splits.json"
-    )
-    try:
-        with LocalSandbox(stale):
-            raise AssertionError("a sandbox with another catalog was reused")
-    except DemoError as exc:
-        assert f"serves catalog {served[:12]}" in str(exc) and "stop that server" in str(exc) and "\n" not in str(exc)
-
-    class Foreign(BaseHTTPRequestHandler):  # answers 200 {} everywhere, like a permissive real server
-        def do_GET(self) -> None:
-            self.send_response(200 if self.path == "/healthz" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
-        foreign = settings(
-            "foreign", env_url=f"http://127.0.0.1:{port}", policy_url=f"http://127.0.0.1:{_free_port()}/v1"
-        )
-        box = LocalSandbox(foreign)
-        try:
-            with box:
-                raise AssertionError("a foreign server was used")
-        except DemoError as exc:
-            assert f"127.0.0.1:{port} is not the shopsim sandbox" in str(exc) and "stop that server" in str(exc)
-        assert box.started is False and box._process is None
-    finally:
-        server.shutdown()
-        server.server_close()
+    stale = settings_writer(tmp_path / "home", split_file=tmp_path / "other_splits.json")
+    box = LocalSandbox(tmp_path / "stale", source=stale)
+    with pytest.raises(SandboxError) as error:
+        with box:
+            raise AssertionError("a sandbox with another catalog was accepted")
+    assert f"serves catalog {served[:12]}" in str(error.value) and "\n" not in str(error.value)
+    assert box._process is None

@@ -53,7 +53,7 @@ def fake_server() -> Iterator[Any]:
 
 
 def test_unreachable_endpoint_fails_with_its_url() -> None:
-    endpoint = InferenceEndpoint(base_url="http://127.0.0.1:9/v1", served_model="m", health_timeout_s=2)
+    endpoint = InferenceEndpoint.of(api_key_env=None, base_url="http://127.0.0.1:9/v1", name="m", health_timeout_s=2)
     with pytest.raises(EndpointUnavailable) as error:
         endpoint.health_check(CHECKPOINT)
     assert "inference endpoint unreachable at http://127.0.0.1:9/v1/models" in error.value.description
@@ -65,7 +65,7 @@ def test_unreachable_endpoint_fails_with_its_url() -> None:
 def test_sandbox_passes_both_health_checks_and_a_wrong_model_is_named(sandbox) -> None:
     body = ShopSimulatorEnvironment(base_url=sandbox.env_url).health_check()
     assert body["environment_version"] == "shopsimulator-paper-aligned-v8"
-    endpoint = InferenceEndpoint(base_url=sandbox.policy_url, served_model=sandbox.served_model)
+    endpoint = InferenceEndpoint.of(api_key_env=None, base_url=sandbox.policy_url, name=sandbox.served_model)
     assert endpoint.health_check(CHECKPOINT)["models"] == [sandbox.served_model]
     with pytest.raises(EndpointUnavailable) as error:
         endpoint.health_check(Checkpoint("ckpt-2", 2, served_model="grpo-step-2"))
@@ -98,7 +98,7 @@ def test_environment_with_unknown_versions_is_refused(fake_server) -> None:
 
 def test_api_key_comes_from_the_named_variable_and_never_into_messages(fake_server, monkeypatch) -> None:
     fake_server.routes["/v1/models"] = {"data": [{"id": "other-model"}]}
-    endpoint = InferenceEndpoint(base_url=f"{fake_server.url}/v1", served_model="m", api_key_env="SHOPSIMRL_TEST_KEY")
+    endpoint = InferenceEndpoint.of(base_url=f"{fake_server.url}/v1", name="m", api_key_env="SHOPSIMRL_TEST_KEY")
     monkeypatch.delenv("SHOPSIMRL_TEST_KEY", raising=False)
     with pytest.raises(EndpointUnavailable, match="environment variable SHOPSIMRL_TEST_KEY is not set"):
         endpoint.health_check(CHECKPOINT)

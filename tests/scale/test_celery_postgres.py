@@ -59,7 +59,7 @@ def _write_settings(folder: Path, sandbox: Any, executor: str) -> Path:
     base.update(runs_root=str(folder / "runs"), checkpoint_registry=str(folder / "registry"),
                 split_file=str(sandbox.split_file))
     base["environment"]["base_url"] = sandbox.env_url
-    base["inference"].update(base_url=sandbox.policy_url, served_model=sandbox.served_model, max_in_flight=4)
+    base["inference"].update(base_url=sandbox.policy_url, name=sandbox.served_model, max_in_flight=4)
     base["suites"]["val"]["sample_size"] = 4
     base["comparison"]["bootstrap_samples"] = 200
     base["automation"].update(sensor_running=False, schedule_running=False)

@@ -26,7 +26,7 @@ def _settings(tmp_path: Path, sandbox, **skills):
         split_file=str(sandbox.split_file),
     )
     base["environment"]["base_url"] = sandbox.env_url
-    base["inference"].update(base_url=sandbox.policy_url, served_model=sandbox.served_model)
+    base["inference"].update(base_url=sandbox.policy_url, name=sandbox.served_model)
     base["suites"]["val"]["sample_size"] = None  # Gate A needs the full val split
     base["suites"]["train"].update(sample_size=10, repeats=3)
     base["skills"].update(skills)
@@ -140,7 +140,7 @@ def test_candidates_through_the_inference_endpoint_analyst(tmp_path, stub, monke
         checkpoint_registry=str(tmp_path / "registry"),
         split_file=str(REPO_ROOT / "configs" / "sandbox" / "persona_splits.sandbox.json"),
     )
-    base["inference"].update(base_url=base_url, served_model="analyst-model", api_key_env="STUB_ANALYST_KEY")
+    base["inference"].update(base_url=base_url, name="analyst-model", api_key_env="STUB_ANALYST_KEY")
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(base, sort_keys=False), encoding="utf-8")
     settings = load_pipeline_settings(tmp_path / "pipeline.yaml")
     monkeypatch.setenv("STUB_ANALYST_KEY", "k-1")

@@ -191,7 +191,9 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
         runs_root=str(work / "runs"), checkpoint_registry=str(work / "registry"), split_file=str(sandbox.split_file)
     )
     settings["environment"]["base_url"] = sandbox.env_url
-    settings["inference"].update(base_url=sandbox.policy_url, served_model=sandbox.served_model)
+    settings["inference"].update(base_url=sandbox.policy_url, name=sandbox.served_model)
+    # Launched checkpoints (test_launch_backfill) answer each completion 50 ms late, so their servers overlap.
+    settings["inference"]["launch"]["extra_args"] = ["--latency-ms", "50"]
     settings["suites"]["val"]["sample_size"] = 8
     settings["suites"]["test"]["sample_size"] = 3
     # Enough train episodes for the miner to find a frequent failure label (min_support 2).
