@@ -28,7 +28,15 @@ PY
 }
 
 pids=()
-cleanup() { for pid in "${pids[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done; }
+ui_pid=""
+cleanup() {
+  for pid in "${pids[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; done
+  if [[ -n "$ui_pid" ]]; then  # dagster dev can take long over SIGTERM: its whole group, then SIGKILL
+    kill -TERM -- "-$ui_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 -- "-$ui_pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$ui_pid" 2>/dev/null || true
+  fi
+}
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
@@ -65,5 +73,8 @@ if [[ -z "${SHOPSIMRL_NO_VIEWER:-}" ]]; then
 fi
 
 echo "dagster-dev: instance $DAGSTER_HOME; UI on http://${DAGSTER_HOST:-127.0.0.1}:$ui_port"
-# Not exec: the traps above must stop the sandbox and the viewer when the UI stops.
-.venv/bin/dagster dev -w workspace.yaml -h "${DAGSTER_HOST:-127.0.0.1}" -p "$ui_port" "$@"
+# In the background and waited for, not exec'd: a SIGTERM to this script then runs the traps at once,
+# which stop the UI, the sandbox and the viewer together.
+setsid .venv/bin/dagster dev -w workspace.yaml -h "${DAGSTER_HOST:-127.0.0.1}" -p "$ui_port" "$@" &
+ui_pid=$!
+wait "$ui_pid"

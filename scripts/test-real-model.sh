@@ -11,7 +11,10 @@
 # Passes when `shopsimrl run` exits 0 (every episode reached a terminal environment state: no HTTP
 # error from the model server on any step) and the model's tool calls reached the environment at
 # least once — which needs `model.tool_call_content: empty`: with the default `null` this server
-# answers 500 to the request after the first tool call.
+# answers 500 to the request after the first tool call. Then the same model goes through Dagster in
+# `inference.mode: launch` (the GGUF registered as the checkpoint's weights, `tool_call_content: empty`
+# in the pipeline settings): the pipeline launches the server itself, plays the episodes (no 5xx)
+# and stops it.
 #
 # Knobs (environment variables): SHOPSIMRL_LLAMA_VENV (default ~/.cache/shopsimrl/llama-venv),
 # SHOPSIMRL_SMOLLM2_GGUF (a .gguf to use instead of the wheel's), EPISODES (2), MAX_STEPS (4),
@@ -135,6 +138,76 @@ print(f"test-real-model: {len(records)} episodes, {len(steps)} model turns, {len
 for r in failed:
     print(f"test-real-model:   {r['episode_id']}: {r['error']['stage']}: {r['error']['message'][:200]}", file=sys.stderr)
 ok = sys.argv[2] == "0" and not failed and actions
-print(f"test-real-model: {'PASS' if ok else 'FAIL'}", file=sys.stderr)
+print(f"test-real-model: {'PASS' if ok else 'FAIL'} (shopsimrl run against a running server)", file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+
+# 6. the same model through Dagster, in `launch` mode: the GGUF is the checkpoint's weights, the pipeline
+#    starts llama.cpp's server for the run (llama_cpp_python template) and stops it afterwards.
+kill "${PIDS[0]}" 2>/dev/null || true   # the hand-started model server is not needed any more
+cat >"$WORK/pipeline.yaml" <<YAML
+runs_root: $WORK/dagster-runs
+checkpoint_registry: $WORK/registry
+split_file: $WORK/catalog/persona_splits.json
+environment: {base_url: "http://127.0.0.1:$ENV_PORT", timeout_s: 60}
+prompt: {language: en}
+inference:
+  mode: launch
+  api_key_env: null
+  trust_env: false
+  max_in_flight: 1
+  timeout: 600
+  max_retries: 2
+  retry_backoff_seconds: 0.5
+  tool_call_content: empty                 # llama.cpp's Python server answers 500 to content: null
+  launch:
+    server: llama_cpp_python
+    python: $LLAMA_VENV/bin/python
+    extra_args: ["--n_ctx", "$N_CTX"]
+    start_timeout: 600
+automation: {sensor_running: false, schedule_running: false}
+suites:
+  val: {split: val, sample_size: $EPISODES, seed: 20260830, max_steps: $MAX_STEPS,
+        sampling: {temperature: 0.0, max_tokens: $MAX_TOKENS}}
+  train: {split: train, sample_size: $EPISODES, seed: 20260830, max_steps: $MAX_STEPS,
+          sampling: {temperature: 0.0, max_tokens: $MAX_TOKENS}}
+YAML
+"$PY" -m shopsimrl_dagster.registry add --registry "$WORK/registry" --id smollm2-gguf --step 1 --weights "$GGUF" >&2
+started=$(date +%s)
+set +e
+SHOPSIMRL_PIPELINE_CONFIG="$WORK/pipeline.yaml" "$PY" - "$WORK/pipeline.yaml" <<'PY'
+import sys
+
+import dagster as dg
+
+from shopsimrl_dagster.definitions import build_definitions
+from shopsimrl_dagster.settings import load_pipeline_settings
+
+settings = load_pipeline_settings(sys.argv[1])
+with dg.instance_for_test() as instance:
+    instance.add_dynamic_partitions("checkpoints", ["smollm2-gguf"])
+    location = build_definitions(settings)
+    location.resolve_job_def("prepare_plans").execute_in_process(instance=instance)
+    result = location.resolve_job_def("evaluate_val").execute_in_process(
+        instance=instance, partition_key="smollm2-gguf", raise_on_error=False
+    )
+    for entry in instance.all_logs(result.run_id):
+        if "inference server" in (entry.user_message or ""):
+            print(f"test-real-model: dagster: {entry.user_message[:300]}", file=sys.stderr)
+sys.exit(0 if result.success else 1)
+PY
+code=$?
+set -e
+say "Dagster evaluate_val (launch mode) exited $code after $(( $(date +%s) - started )) s"
+"$PY" - "$WORK/dagster-runs/val/smollm2-gguf/traces.jsonl" "$code" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+steps = [s for r in records for s in r["steps"]]
+server_errors = [r for r in records if r["status"] != "completed" and " 5" in json.dumps(r.get("error"))]
+failed = [r for r in records if r["status"] != "completed"]
+print(f"test-real-model: dagster: {len(records)} episodes, {len(steps)} model turns, {len(failed)} failed, "
+      f"{len(server_errors)} with a 5xx", file=sys.stderr)
+ok = sys.argv[2] == "0" and len(records) >= 2 and not failed and not server_errors
+print(f"test-real-model: {'PASS' if ok else 'FAIL'} (Dagster, launch mode)", file=sys.stderr)
 sys.exit(0 if ok else 1)
 PY

@@ -12,6 +12,10 @@ they are the episode-level ones above, bit for bit; when a task has several epis
 tasks (``_design``: a task-cluster bootstrap for reward, Wilson at the design-effect sample size for
 success) and ``primary.sampling_design`` says so. Category rows carry their own intervals, ``tasks``
 and a ``small_n`` flag.
+
+Why one module: every key of the summary document is derived from the same per-episode frame in one
+pass, and the published definitions (§13) are easiest to audit side by side; the statistics themselves
+live in ``_stats`` and ``_design``, the planned-episode bookkeeping in ``runs``.
 """
 
 from __future__ import annotations

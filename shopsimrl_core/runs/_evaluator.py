@@ -379,6 +379,9 @@ async def _execute(
         reset_wait_seconds=config.environment.reset_wait_seconds,
         release_retry_seconds=config.environment.release_retry_seconds,
         notice=tracker.notice,
+        exclusive=opts.environment_exclusive if opts.environment_exclusive is not None
+        else bool(getattr(config.environment, "exclusive", False)),
+        wanted_slots=config.experiment.concurrency,
     ))
     probes, probe_timeouts = _gate_probes(plan, opts, raw_env) if resilient else ({}, {})
     gate = OutageGate(
@@ -440,8 +443,6 @@ async def _execute(
                     f"released {released} lease(s) an earlier invocation of this run left in leases.jsonl"
                     + (f"; {kept} could not be released (other environment URL or release failing)" if kept else "")
                 )
-            if resilient:
-                await _warn_no_free_slot(env, tracker, config, report)
             tracker.start()
             while True:
                 pending = [job for job in plan.jobs if books.may_attempt(job, attempts_cap, total_cap)]
@@ -455,20 +456,12 @@ async def _execute(
         gate.cancel()
         await env.drain(timeout=_CLOSE_GRACE_S)
         await _close_env(raw_env, _CLOSE_GRACE_S)
-        journal.close()
-
-
-async def _warn_no_free_slot(env: Any, tracker: ProgressTracker, config: EvalConfig, report: Any) -> None:
-    try:
-        health = await env.health()
-    except Exception:
-        return  # the first reset will say more
-    free, slots = health.get("free_slots"), health.get("environment_slots")
-    if isinstance(free, int) and free == 0:
-        tracker.notice(
-            f"the environment at {config.environment.base_url} reports no free slot (0 of {slots}); resets will wait "
-            f"up to {config.environment.reset_wait_seconds:g} s each — another run holds them, or they leaked"
-        )
+        try:
+            # leases still held and resets a killed invocation left unanswered stay listed; after a
+            # clean run of a clean history the journal is gone
+            journal.compact(keep_unanswered=lambda entry: entry.get("invocation_id") != invocation_id)
+        except OSError:
+            journal.close()  # (disk full, read-only): the journal stays as written; the next start compacts it
 
 
 async def _run_wave(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-__all__ = ["ProgressEvent", "ProgressTracker", "ConsoleProgress"]
+__all__ = ["ProgressEvent", "ProgressTracker", "ConsoleProgress", "notice_sink"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,28 @@ class ProgressEvent:
     def to_dict(self) -> dict[str, Any]:
         """The event as a JSON-ready dict."""
         return asdict(self)
+
+
+def notice_sink(listener: Callable[[ProgressEvent], Any] | None, *, status: str | None = None) -> Callable[[str], None]:
+    """A one-line message callback that hands each line to *listener* as a ``notice`` event (with *status*).
+
+    For work around a run that has no tracker yet (launching the checkpoint's server); like the
+    tracker, a failing listener never breaks the caller.
+    """
+
+    def say(message: str) -> None:
+        if listener is None:
+            return
+        event = ProgressEvent(
+            kind="notice", total=0, done=0, failed=0, attempts=0, failed_attempts=0, reward_mean=None,
+            wave=0, wave_done=0, wave_total=0, elapsed_s=0.0, eta_s=None, status=status, message=message,
+        )  # fmt: skip
+        try:
+            listener(event)
+        except Exception:  # a listener's bug must not stop the run
+            pass
+
+    return say
 
 
 class ProgressTracker:

@@ -8,7 +8,8 @@ back (docs/pipeline.md, "Serving checkpoints", explains each):
 - vLLM: ``--enable-auto-tool-choice`` with a ``--tool-call-parser`` (``hermes`` fits Qwen-family chat
   templates; change it with ``serve.command`` for other families); a LoRA adapter is served by
   ``--enable-lora --lora-modules NAME=PATH`` and requested under NAME.
-- SGLang: ``--tool-call-parser`` (``qwen25``); adapters by ``--enable-lora --lora-paths NAME=PATH``.
+- SGLang: ``--tool-call-parser`` (``qwen25``). SGLang requests an adapter as ``<base>:<name>``, which
+  no single served name covers: serve adapters with vLLM, or give SGLang a ``command`` of your own.
 - llama-cpp-python's server: the ``chatml-function-calling`` chat format is the one that returns
   ``tool_calls``; it needs ``model.tool_call_content: empty`` (it answers 500 to ``content: null``).
 - llama.cpp's ``llama-server``: ``--jinja`` makes it apply the model's template with tool support.
@@ -54,13 +55,12 @@ ADAPTER_ARGS: dict[str, list[str]] = {
     # With an adapter the base weights are served under "<name>-base" and the adapter under the
     # checkpoint's own served name, so requests for the checkpoint reach the adapter.
     "vllm": ["--enable-lora", "--lora-modules", "{served_model}={adapter}"],
-    "sglang": ["--enable-lora", "--lora-paths", "{served_model}={adapter}"],
     "llama_cpp_python": ["--lora_path", "{adapter}"],
     "llama_server": ["--lora", "{adapter}"],
 }
 """Arguments that add a LoRA adapter to each shipped template (the sandbox policy has no adapters)."""
 
-_BASE_NAME_FLAG = {"vllm": "--served-model-name", "sglang": "--served-model-name"}
+_BASE_NAME_FLAG = {"vllm": "--served-model-name"}
 
 
 def fill_command(
