@@ -53,10 +53,10 @@ _LEASE_KEYS = ("env_idx", "lease_id")
 _PRIVATE_RESET_KEYS = ("private_task_instruction", "goal_options", "reason_key")
 _JSON_HEADERS = {"Content-Type": "application/json"}
 #: calls that may be repeated after any 429/5xx or transport failure: no lease exists yet (reset; a 500
-#: rolls its slot back, §5.6), the release of one is idempotent in effect (a second one answers 409,
+#: rolls its slot back, http-contract §5.6), the release of one is idempotent in effect (a second one answers 409,
 #: which counts as released), or nothing changes (healthz)
 _REPEATABLE = frozenset({"reset", "release_one", "healthz"})
-#: the contract's own reset refusals (§5.1): the same answer again, never worth a retry
+#: the contract's own reset refusals (http-contract §5.1): the same answer again, never worth a retry
 _RESET_REFUSALS = (
     "reset must not include env_idx",
     "reset action requires idx parameter",

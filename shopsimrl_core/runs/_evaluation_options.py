@@ -57,6 +57,9 @@ class EvaluationOptions:
     """httpx seam of the environment client (tests)."""
     opt_in_source: str = "cli"
     """Who opted in to a guarded split (recorded in the ledger)."""
+    environment_exclusive: bool | None = None
+    """This run owns the environment server(s): the start frees every slot with ``release_all``
+    (docs/runs.md#leases). None: the config's ``environment.exclusive`` when it has one, else off."""
     episode_fn: EpisodeFunction | None = None
     """Replaces ``run_episode`` (tests)."""
     on_start: Callable[[EvalPlan, RunStore, bool], Any] | None = None

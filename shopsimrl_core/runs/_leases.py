@@ -13,9 +13,23 @@ therefore keeps ``leases.jsonl`` in the run directory:
   released first (this is what heals a SIGKILL), and the journal is compacted.
 
 A reset also has a bounded wait for a free slot (``environment.reset_wait_seconds``) and the run is
-told (one notice) when resets start waiting. The one window left is a reset answer that arrives in
-the instant before the process is killed: the sandbox drops a reset whose client has gone, the real
-server keeps it (see docs/runs.md#leases).
+told (one notice) when resets start waiting.
+
+Against the real server (no expiry, and a reset keeps waiting for a slot after its client died),
+three more rules close or expose the windows a SIGKILL leaves (issue 24, docs/runs.md#leases):
+
+- **no reset waits in the server** for a slot this run could know is taken: a client-side budget
+  (:class:`SlotBudget`) sends a reset only while the server has a slot for it (learnt from
+  ``/healthz`` at the start, grown when the server reports more free), so a killed run leaves no
+  queued reset behind that the server would grant to nobody later;
+- **every reset is journaled before it is sent** (``op: reset`` with a client-chosen ``key``, then
+  ``acquired`` with the same key, or ``no-lease``): a reset still unanswered when the process died is
+  visible at the next start — the one window no journal can close, since the server alone learns
+  that lease;
+- **the start reconciles** with ``/healthz``: when fewer slots are free than the run can use, one
+  line says how many, why (unanswered resets of a killed invocation, or another client) and the fix;
+  with ``exclusive`` (the run owns the server) the start sends ``release_all`` instead, so no slot of a
+  predecessor is held, whatever window it died in.
 """
 
 from __future__ import annotations
@@ -35,10 +49,12 @@ from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core._hashing import write_bytes_atomic as _write_bytes_atomic
 from shopsimrl_core.runs._durability import append_whole, request_fsync
 
-__all__ = ["LeaseJournal", "JournaledEnvironment", "JournaledSession", "JOURNAL_NAME"]
+__all__ = ["LeaseJournal", "JournaledEnvironment", "JournaledSession", "SlotBudget", "JOURNAL_NAME"]
 
 JOURNAL_NAME = "leases.jsonl"
 _NOTICE_EVERY_S = 30.0
+#: a reset waiting this long for the client-side budget asks ``/healthz`` whether slots were freed
+_BUDGET_PROBE_S = 2.0
 
 
 def _now() -> str:
@@ -106,18 +122,36 @@ class LeaseJournal:
         if durable:
             request_fsync(fd, str(self.path))
 
-    def acquired(self, env_idx: int, lease_id: str, base_url: str) -> None:
-        """Record a granted lease (call before the lease is used)."""
+    def intent(self, key: str, base_url: str) -> None:
+        """Record a reset about to be sent (``op: reset``); its answer settles *key* (``acquired`` / ``no-lease``).
+
+        Not fsynced: a killed process keeps the line (page cache); only a machine crash could lose it.
+        """
         self._append(
-            {
-                "op": "acquired",
-                "env_idx": env_idx,
-                "lease_id": lease_id,
-                "base_url": base_url,
-                "invocation_id": self.invocation_id,
-                "at": _now(),
-            }
+            {"op": "reset", "key": key, "base_url": base_url, "invocation_id": self.invocation_id, "at": _now()},
+            durable=False,
         )
+
+    def no_lease(self, key: str, base_url: str) -> None:
+        """Record that the reset *key* ended without a lease this run knows of (error answer, give-up)."""
+        self._append(
+            {"op": "no-lease", "key": key, "base_url": base_url, "invocation_id": self.invocation_id, "at": _now()},
+            durable=False,
+        )
+
+    def acquired(self, env_idx: int, lease_id: str, base_url: str, key: str | None = None) -> None:
+        """Record a granted lease (call before the lease is used); *key* settles the reset that asked for it."""
+        entry: dict[str, Any] = {
+            "op": "acquired",
+            "env_idx": env_idx,
+            "lease_id": lease_id,
+            "base_url": base_url,
+            "invocation_id": self.invocation_id,
+            "at": _now(),
+        }
+        if key is not None:
+            entry["key"] = key
+        self._append(entry)
 
     def released(self, env_idx: int, lease_id: str, base_url: str) -> None:
         """Record that the server no longer holds *lease_id*.
@@ -138,35 +172,121 @@ class LeaseJournal:
             durable=False,
         )
 
-    def outstanding(self) -> list[dict[str, Any]]:
-        """Acquired leases without a ``released`` line, in journal order."""
+    def _entries(self) -> list[dict[str, Any]]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        held: dict[str, dict[str, Any]] = {}
+        entries = []
         for line in raw.splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue  # torn tail of a killed writer
-            if not isinstance(entry, dict) or not isinstance(entry.get("lease_id"), str):
-                continue
-            if entry.get("op") == "acquired":
-                held[entry["lease_id"]] = entry
-            elif entry.get("op") == "released":
-                held.pop(entry["lease_id"], None)
-        return list(held.values())
+            if isinstance(entry, dict):
+                entries.append(entry)
+        return entries
 
-    def compact(self) -> None:
-        """Rewrite the journal atomically with only the outstanding leases (or remove it when none)."""
+    def outstanding(self) -> list[dict[str, Any]]:
+        """Acquired leases without a ``released`` line, in journal order."""
+        return self._state()[0]
+
+    def unanswered(self, base_url: str | None = None) -> list[dict[str, Any]]:
+        """Resets sent (``op: reset``) whose answer never settled them (of *base_url* only, when given).
+
+        After a SIGKILL these are the resets whose lease, if the server granted one, nobody knows.
+        """
+        left = self._state()[1]
+        if base_url is None:
+            return left
+        return [e for e in left if str(e.get("base_url", "")).rstrip("/") == base_url.rstrip("/")]
+
+    def _state(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        held: dict[str, dict[str, Any]] = {}
+        asked: dict[str, dict[str, Any]] = {}
+        for entry in self._entries():
+            op, key = entry.get("op"), entry.get("key")
+            if op == "reset" and isinstance(key, str):
+                asked[key] = entry
+                continue
+            if op == "no-lease" and isinstance(key, str):
+                asked.pop(key, None)
+                continue
+            if not isinstance(entry.get("lease_id"), str):
+                continue
+            if op == "acquired":
+                held[entry["lease_id"]] = entry
+                if isinstance(key, str):
+                    asked.pop(key, None)
+            elif op == "released":
+                held.pop(entry["lease_id"], None)
+        return list(held.values()), list(asked.values())
+
+    def compact(self, *, keep_unanswered: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Rewrite the journal atomically; remove the file when nothing is left.
+
+        It keeps the outstanding leases and the unanswered resets *keep_unanswered* selects (none by
+        default). Unanswered resets of a killed invocation stay until a start finds their server with every slot
+        free (:meth:`JournaledEnvironment.reconcile`): until then they explain the missing slots.
+        """
         self.close()  # the file is replaced or removed: later lines go to the new one
-        left = self.outstanding()
+        held, asked = self._state()
+        left = held + ([e for e in asked if keep_unanswered(e)] if keep_unanswered is not None else [])
         if not left:
             self.path.unlink(missing_ok=True)
             return
         data = b"".join(_line(entry) for entry in left)
         _write_bytes_atomic(self.path, data)
+
+
+class SlotBudget:
+    """How many resets this run may have at the server at once (granted leases and resets in flight).
+
+    ``capacity`` None: no limit (the server's slot count is unknown). Otherwise a reset takes a unit
+    before it is sent and gives it back once its lease is released (or it ended without one), so no
+    reset of this run waits inside the server for a slot another of its episodes holds: a waiting
+    reset of a killed run would be granted later to nobody (the real server does not notice that its
+    client has gone). A reset waiting here for :data:`_BUDGET_PROBE_S` asks *probe* (``/healthz``)
+    whether the server has more free slots (another client released some) and grows the capacity.
+    """
+
+    def __init__(self, probe: Callable[[], Any] | None = None) -> None:
+        self.capacity: int | None = None
+        self.used = 0
+        self._probe = probe
+        self._changed = asyncio.Event()
+
+    def set_capacity(self, capacity: int | None) -> None:
+        self.capacity = capacity
+        self._changed.set()
+
+    async def take(self) -> None:
+        """Wait for a unit (cancellable; the caller's own deadline bounds the wait)."""
+        while self.capacity is not None and self.used >= self.capacity:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), _BUDGET_PROBE_S)
+            except TimeoutError:
+                await self._grow()
+        self.used += 1
+
+    def give(self) -> None:
+        self.used = max(0, self.used - 1)
+        self._changed.set()
+
+    async def _grow(self) -> None:
+        if self._probe is None or self.capacity is None:
+            return
+        try:
+            health = await self._probe()
+        except Exception:
+            return
+        free = health.get("free_slots") if isinstance(health, dict) else None
+        if isinstance(free, int) and not isinstance(free, bool) and free > 0:
+            # every reset of ours is counted in used (granted, or waiting in the server only when
+            # others took the slots: then free is 0), so used + free is what the server can give us
+            self.capacity = max(self.capacity, self.used + free)
+            self._changed.set()
 
 
 class JournaledEnvironment:
@@ -186,9 +306,17 @@ class JournaledEnvironment:
         release_retry_seconds: float,
         notice: Callable[[str], Any] | None = None,
         notice_after_seconds: float = 2.0,
+        exclusive: bool = False,
+        wanted_slots: int | None = None,
     ) -> None:
         self.client = client
         self.journal = journal
+        self.exclusive = exclusive
+        """The run owns the server: the start frees every slot with ``release_all``."""
+        self.wanted_slots = wanted_slots
+        """Slots the run can use at once (its concurrency): fewer free at the start is said in one line."""
+        self.budget = SlotBudget(self.client.health)
+        self.unanswered_at_start = 0
         self.reset_wait_seconds = reset_wait_seconds
         self.release_retry_seconds = release_retry_seconds
         self.notice_after_seconds = min(notice_after_seconds, reset_wait_seconds)
@@ -249,12 +377,20 @@ class JournaledEnvironment:
             self.leases_released += 1
             return True
 
+    def slot_returned(self) -> None:
+        """A lease of this run was released (or a reset ended without one): the budget may send another reset."""
+        self.budget.give()
+
     async def recover(self) -> tuple[int, int]:
         """Release every lease an earlier invocation left outstanding; return ``(released, left)``.
 
         Leases journaled against another environment URL are kept (they cannot be released here).
+        Then :meth:`reconcile` compares the server's free slots with what the run can use and sets the
+        reset budget.
         """
         entries = self.journal.outstanding()
+        unanswered = self.journal.unanswered(self.base_url)
+        self.unanswered_at_start = len(unanswered)
         released = kept = 0
         # A 409 here is the normal case of a release that reached the server just before the kill:
         # the adapter's "release ignored" warning would only be noise.
@@ -265,8 +401,51 @@ class JournaledEnvironment:
         finally:
             logging.getLogger("shopsimrl_core.environment").removeFilter(quiet)
         if entries:
-            self.journal.compact()
+            self.journal.compact(keep_unanswered=lambda entry: True)
+        await self.reconcile()
         return released, kept
+
+    async def reconcile(self) -> None:
+        """Compare ``/healthz`` with the run's needs; size the reset budget; free the server when exclusive.
+
+        One notice when fewer slots are free than the run can use (``wanted_slots``, at most the
+        server's size): how many, the likely cause and the fix. With ``exclusive`` a server with any
+        slot taken gets ``release_all`` first. A server that does not answer leaves the budget
+        unlimited (the first reset will say more).
+        """
+        try:
+            health = await self.client.health()
+        except Exception:
+            return
+        free, slots = health.get("free_slots"), health.get("environment_slots")
+        if not (isinstance(free, int) and isinstance(slots, int)) or isinstance(free, bool) or slots < 1:
+            return
+        unanswered = self.unanswered_at_start
+        cause = (
+            f"{unanswered} reset(s) of a killed invocation of this run went unanswered and may hold them "
+            "(ShopSimulator never expires a lease)"
+            if unanswered
+            else "another client holds them, or a run that kept no journal here leaked them"
+        )
+        if self.exclusive and free < slots:
+            await self.client._post({"action": "release_all"})
+            self.notice(
+                f"released all {slots} slots of {self.base_url} with release_all (environment.exclusive): "
+                f"{slots - free} were held — {cause}"
+            )
+            free = slots
+        if free == slots and unanswered:
+            # every slot is free: the unanswered resets of killed invocations hold nothing (any more)
+            mine = self.base_url.rstrip("/")
+            self.journal.compact(keep_unanswered=lambda e: str(e.get("base_url", "")).rstrip("/") != mine)
+        wanted = min(self.wanted_slots or slots, slots)
+        if free < wanted:
+            self.notice(
+                f"the environment at {self.base_url} has {free} of {slots} slots free, this run can use {wanted}: "
+                f"{cause}; restart the environment server to free them, or set environment.exclusive: true "
+                "if this run is its only client (the start then frees every slot)"
+            )
+        self.budget.set_capacity(max(free, 0))
 
     async def _release_entries(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
         released = kept = 0
@@ -305,6 +484,8 @@ class JournaledSession:
         self.owner = owner
         self.inner = inner
         self._journaled: tuple[int, str] | None = None
+        self._key: str | None = None  # the journal key of this session's reset
+        self._budgeted = False  # this session holds a unit of the owner's slot budget
 
     # the attributes the runtime and tests read
     @property
@@ -340,7 +521,7 @@ class JournaledSession:
     def _journal_lease(self) -> None:
         if self.inner.lease_id is not None and self._journaled is None:
             self._journaled = (self.inner.env_idx, self.inner.lease_id)
-            self.owner.journal.acquired(self.inner.env_idx, self.inner.lease_id, self.owner.base_url)
+            self.owner.journal.acquired(self.inner.env_idx, self.inner.lease_id, self.owner.base_url, self._key)
 
     async def reset(self, task_id: int) -> dict[str, Any]:
         """Reset with a bounded wait for a slot; the granted lease is journaled before this returns.
@@ -361,8 +542,14 @@ class JournaledSession:
         # costs a pass through the loop's ready queue, several ms per reset at 256 in flight.
         notice = asyncio.get_running_loop().call_later(owner.notice_after_seconds, start_waiting)
         deadline = asyncio.timeout(owner.reset_wait_seconds)
+        key: str | None = None
         try:
             async with deadline:
+                await owner.budget.take()  # a unit of the server's slots, before anything is sent
+                self._budgeted = True
+                key = os.urandom(8).hex()
+                owner.journal.intent(key, owner.base_url)
+                self._key = key
                 # on expiry the wrapped reset is cancelled: it finishes in the background and
                 # releases a lease granted after this
                 return await self.inner.reset(task_id)
@@ -384,6 +571,16 @@ class JournaledSession:
                 except OSError:
                     await self.close()
                     raise
+            elif self._budgeted:
+                # no lease this run knows of: the reset failed, gave up or was cancelled (a cancelled
+                # reset's late lease is released by the adapter in the background)
+                self._budgeted = False
+                owner.slot_returned()
+                if key is not None:
+                    try:
+                        owner.journal.no_lease(key, owner.base_url)
+                    except OSError:
+                        pass  # only a false alarm at the next start
 
     async def interact(self, action: str) -> dict[str, Any]:
         """Delegate to the wrapped session (never retried)."""
@@ -416,6 +613,14 @@ class JournaledSession:
         release = asyncio.ensure_future(owner.release(env_idx, lease_id))
         owner._releases.add(release)
         release.add_done_callback(owner._releases.discard)
+        if self._budgeted:
+            self._budgeted = False
+            # the unit comes back once the server no longer holds the slot (a failed release keeps it)
+            release.add_done_callback(
+                lambda done: owner.slot_returned()
+                if not done.cancelled() and done.exception() is None and done.result() is True
+                else None
+            )
         try:
             ok = await asyncio.shield(release)
         except asyncio.CancelledError:

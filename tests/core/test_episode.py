@@ -340,12 +340,14 @@ def test_lease_lost_is_lease_error():
 def test_release_409_is_ignored_and_other_release_errors_are_cleanup_errors():
     record = run(FakeShop(release_status=409), ScriptedModel(*BUY_SCRIPT))
     assert record["status"] == "completed" and record["error"] is None
-    record = run(FakeShop(release_status=500), ScriptedModel(*BUY_SCRIPT))
+    # a release that keeps failing (repeated by the adapter, issue 24) is a cleanup error
+    release_500 = httpx.Response(500, json={"result": {"error": "release failed"}})
+    record = run(FakeShop(fail={"release_one": release_500}), ScriptedModel(*BUY_SCRIPT))
     assert record["status"] == "completed" and is_complete(record)
     assert record["error"]["stage"] == "cleanup" and record["error"]["type"] == "CleanupError"
     assert record["error"]["message"].startswith("environment.close: ShopSimulatorError: ")
     failed = run(
-        FakeShop(release_status=500, fail={"interact": httpx.Response(500, json={"result": {"error": "x"}})}),
+        FakeShop(fail={"release_one": release_500, "interact": httpx.Response(500, json={"result": {"error": "x"}})}),
         ScriptedModel(*BUY_SCRIPT),
     )
     assert failed["error"]["stage"] == "environment_step_1"

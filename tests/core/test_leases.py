@@ -1,4 +1,5 @@
-"""The lease journal's file handling: one descriptor per run, a torn tail ended once, compaction.
+"""The lease journal's file handling (one descriptor per run, a torn tail ended once, compaction), its
+reset intents, the client-side slot budget and the start's reconciliation with ``/healthz``.
 
 The journal keeps its descriptor open across lines (two per episode); these check that doing so
 never writes a line where the next start cannot read it. Killed processes and full disks against
@@ -7,10 +8,12 @@ the real server are in tests/reliability/test_faults.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
-from shopsimrl_core.runs._leases import JOURNAL_NAME, LeaseJournal
+from shopsimrl_core.runs._leases import JOURNAL_NAME, JournaledEnvironment, LeaseJournal, SlotBudget
 
 
 def _lines(run_dir: Path) -> list[str]:
@@ -50,3 +53,153 @@ def test_lines_after_compaction_go_to_the_new_file(tmp_path: Path) -> None:
         {"at": entries[0]["at"], "base_url": "http://e", "env_idx": 4, "invocation_id": "inv-1",
          "lease_id": "d", "op": "acquired"}
     ]
+
+
+# -- issue 24: reset intents, the slot budget, the start's reconciliation ------------------------------
+
+
+def test_a_reset_unanswered_at_a_kill_is_visible_and_compaction_drops_it(tmp_path: Path) -> None:
+    journal = LeaseJournal(tmp_path, "inv-1")
+    journal.intent("k1", "http://e")
+    journal.acquired(1, "a", "http://e", "k1")
+    journal.intent("k2", "http://e")
+    journal.no_lease("k2", "http://e")
+    journal.intent("k3", "http://e")  # the process died here
+    journal.intent("k4", "http://other")
+    journal.close()
+    again = LeaseJournal(tmp_path, "inv-2")
+    assert [e["key"] for e in again.unanswered()] == ["k3", "k4"]
+    assert [e["key"] for e in again.unanswered("http://e/")] == ["k3"]
+    assert [e["lease_id"] for e in again.outstanding()] == ["a"]
+    again.compact(keep_unanswered=lambda entry: entry["base_url"] == "http://other")
+    assert [e["key"] for e in again.unanswered()] == ["k4"] and len(again.outstanding()) == 1
+    again.released(1, "a", "http://e")
+    again.compact()
+    assert not (tmp_path / JOURNAL_NAME).exists()
+
+
+class SlotServer:
+    """A client stand-in over N slots: resets take the lowest free slot (never wait), releases free it."""
+
+    base_url = "http://e"
+
+    def __init__(self, slots: int, held_by_others: int = 0) -> None:
+        self.slots: list[str | None] = ["foreign"] * held_by_others + [None] * (slots - held_by_others)
+        self.calls: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def health(self) -> dict[str, Any]:
+        return {"environment_slots": len(self.slots), "free_slots": self.slots.count(None)}
+
+    async def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(payload["action"])
+        assert payload["action"] == "release_all"
+        self.slots = [None] * len(self.slots)
+        return {"message": "All environments have been initialized"}
+
+    async def release_one(self, env_idx: int, lease_id: str) -> None:
+        self.calls.append("release_one")
+        assert self.slots[env_idx] == lease_id
+        self.slots[env_idx] = None
+
+    def session(self) -> Any:
+        return _Session(self)
+
+
+class _Session:
+    def __init__(self, server: SlotServer) -> None:
+        self.server = server
+        self.env_idx: int | None = None
+        self.lease_id: str | None = None
+
+    async def reset(self, task_id: int) -> dict[str, Any]:
+        server = self.server
+        server.calls.append("reset")
+        assert None in server.slots, "a reset would wait inside the server"
+        self.env_idx = server.slots.index(None)
+        self.lease_id = f"lease-{task_id}"
+        server.slots[self.env_idx] = self.lease_id
+        await asyncio.sleep(0.01)
+        return {"env_idx": self.env_idx, "lease_id": self.lease_id}
+
+
+def _environment(tmp_path: Path, server: SlotServer, notices: list[str], **kwargs: Any) -> JournaledEnvironment:
+    return JournaledEnvironment(server, LeaseJournal(tmp_path, "inv"), reset_wait_seconds=5,
+                                release_retry_seconds=1, notice=notices.append, **kwargs)
+
+
+def test_resets_never_outnumber_the_free_slots(tmp_path: Path) -> None:
+    """16 episodes at once on 4 slots, one held by someone else: at most 3 resets at the server at a time."""
+    server = SlotServer(4, held_by_others=1)
+    notices: list[str] = []
+
+    async def go() -> None:
+        env = _environment(tmp_path, server, notices, wanted_slots=16)
+        await env.recover()
+        assert env.budget.capacity == 3
+
+        async def episode(task: int) -> None:
+            session = env.session()
+            await session.reset(task)
+            await asyncio.sleep(0.02)
+            await session.close()
+
+        await asyncio.gather(*(episode(t) for t in range(16)))
+        assert env.budget.used == 0
+
+    asyncio.run(go())
+    assert server.calls.count("reset") == 16 and server.slots.count(None) == 3
+    assert len(notices) == 1 and "has 3 of 4 slots free, this run can use 4" in notices[0]
+    assert "another client holds them" in notices[0] and "environment.exclusive: true" in notices[0]
+    assert not (tmp_path / JOURNAL_NAME).exists() or LeaseJournal(tmp_path, "x").outstanding() == []
+
+
+def test_the_start_names_unanswered_resets_and_exclusive_frees_every_slot(tmp_path: Path) -> None:
+    journal = LeaseJournal(tmp_path, "dead")
+    journal.intent("k", "http://e")  # a reset the killed run never saw answered
+    journal.close()
+    server = SlotServer(4, held_by_others=2)
+    notices: list[str] = []
+
+    async def go(**kwargs: Any) -> JournaledEnvironment:
+        env = _environment(tmp_path, server, notices, wanted_slots=4, **kwargs)
+        await env.recover()
+        return env
+
+    asyncio.run(go())
+    assert "has 2 of 4 slots free" in notices[-1] and "1 reset(s) of a killed invocation" in notices[-1]
+    assert server.calls == []  # never release_all without exclusive
+    notices.clear()
+    env = asyncio.run(go(exclusive=True))
+    assert server.calls == ["release_all"] and server.slots.count(None) == 4 and env.budget.capacity == 4
+    assert len(notices) == 1 and notices[0].startswith("released all 4 slots of http://e with release_all")
+
+
+def test_the_budget_grows_when_the_server_frees_slots() -> None:
+    free = {"n": 0}
+
+    async def probe() -> dict[str, Any]:
+        return {"free_slots": free["n"]}
+
+    async def go() -> None:
+        budget = SlotBudget(probe)
+        budget.set_capacity(0)
+        waiting = asyncio.ensure_future(budget.take())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        free["n"] = 2
+        await asyncio.wait_for(waiting, 5)
+        assert budget.capacity == 2 and budget.used == 1
+
+    asyncio.run(go())
+
+
+def test_an_unlimited_budget_never_waits() -> None:
+    async def go() -> None:
+        budget = SlotBudget(None)
+        for _ in range(100):
+            await budget.take()
+        assert budget.used == 100
+
+    asyncio.run(go())

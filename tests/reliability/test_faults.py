@@ -288,7 +288,8 @@ def test_reset_wait_is_bounded_and_announced(tmp_path: Path) -> None:
             run = start_run(config)
             assert run.wait() == 1, run.err()
             err = run.err()
-            assert "reports no free slot" in err and "waiting for a free environment slot" in err
+            assert "has 0 of 1 slots free" in err and "waiting for a free environment slot" in err
+            assert "another client holds them" in err  # no reset of this run went unanswered
             records = [
                 json.loads(line)
                 for line in (tmp_path / "w" / "runs" / "chaos" / "traces.jsonl").read_bytes().splitlines()
