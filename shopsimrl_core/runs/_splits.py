@@ -95,6 +95,10 @@ def _fail(path: Path, where: str, message: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {message}", code="split-invalid")
 
 
+#: the largest task id a split may hold (a signed 64-bit integer, as JSON libraries on the way read it)
+MAX_TASK_ID = 2**63 - 1
+
+
 def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -121,6 +125,12 @@ def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskS
     for position, task_id in enumerate(ids):
         if not _is_int(task_id) or task_id < 0:
             raise _fail(path, f"{where}.task_ids.{position}", f"must be a non-negative int (got {task_id!r})")
+        if task_id > MAX_TASK_ID:
+            # what goes on the wire and into every trace line is a signed 64-bit JSON integer (issue 24:
+            # 2**70 passed here and broke the run half-way)
+            raise _fail(
+                path, f"{where}.task_ids.{position}", f"must be at most 2**63 - 1 = {MAX_TASK_ID} (got {task_id})"
+            )
         if task_id in seen:
             raise _fail(path, f"{where}.task_ids.{position}", f"duplicate task id {task_id}; task ids must be unique")
         seen.add(task_id)
