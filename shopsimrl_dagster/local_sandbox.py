@@ -29,6 +29,7 @@ import httpx
 import yaml
 
 from shopsimrl_core import ShopSimRLError, write_text_atomic
+from shopsimrl_core.serving import stop_group
 
 from .settings import PipelineSettings, load_pipeline_settings, read_settings_mapping
 
@@ -158,12 +159,7 @@ class LocalSandbox:
         """Stop the sandbox's process group (idempotent)."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+            stop_group(process.pid, None, timeout=10, process=process)
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()

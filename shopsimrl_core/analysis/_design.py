@@ -34,6 +34,7 @@ from shopsimrl_core.analysis._stats import _MAX_DRAW_BLOCK, metric_seed, percent
 
 __all__ = [
     "TaskClusters",
+    "group_by_task",
     "task_clusters",
     "cluster_variance",
     "design_effect",
@@ -69,6 +70,20 @@ class TaskClusters:
         return math.fsum(self.totals) / self.episodes if self.sizes else None
 
 
+def group_by_task(values: Sequence[float], tasks: Sequence[Hashable]) -> dict[Hashable, list[float]]:
+    """Episode *values* grouped by their *tasks* key (same length), in first-seen order.
+
+    Raises:
+        ValueError: the two sequences differ in length.
+    """
+    if len(values) != len(tasks):
+        raise ValueError(f"{len(values)} values for {len(tasks)} task keys")
+    groups: dict[Hashable, list[float]] = {}
+    for value, task in zip(values, tasks, strict=True):
+        groups.setdefault(task, []).append(float(value))
+    return groups
+
+
 def task_clusters(values: Sequence[float], tasks: Sequence[Hashable]) -> TaskClusters:
     """Group episode *values* by their *tasks* key (same length): totals, sizes and episode variance.
 
@@ -78,11 +93,7 @@ def task_clusters(values: Sequence[float], tasks: Sequence[Hashable]) -> TaskClu
     Raises:
         ValueError: the two sequences differ in length.
     """
-    if len(values) != len(tasks):
-        raise ValueError(f"{len(values)} values for {len(tasks)} task keys")
-    groups: dict[Hashable, list[float]] = {}
-    for value, task in zip(values, tasks):
-        groups.setdefault(task, []).append(float(value))
+    groups = group_by_task(values, tasks)
     keys = sorted(groups)  # type: ignore[type-var]
     variance = None
     if len(values) >= 2:

@@ -23,6 +23,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from shopsimrl_core.analysis._design import group_by_task
+
 __all__ = [
     "VarianceComponents",
     "variance_components",
@@ -107,11 +109,7 @@ def variance_components(values: Sequence[float], tasks: Sequence[Hashable]) -> V
     Raises:
         ValueError: the two sequences differ in length.
     """
-    if len(values) != len(tasks):
-        raise ValueError(f"{len(values)} values for {len(tasks)} task keys")
-    groups: dict[Hashable, list[float]] = {}
-    for value, task in zip(values, tasks):
-        groups.setdefault(task, []).append(float(value))
+    groups = group_by_task(values, tasks)
     k, n = len(groups), len(values)
     if k < 2:
         return None

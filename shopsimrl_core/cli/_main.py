@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shopsimrl_core._errors import ShopSimRLError
+from shopsimrl_core.cli._arg_types import non_negative, positive, probability
 
 __all__ = ["main", "build_parser"]
 
@@ -233,30 +234,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1 (got {text!r})") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, exclusive (got {text}); e.g. 0.95")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
-    return value
-
-
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every built-in and registered verb.
 
@@ -300,12 +277,12 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--max-episode-retries",
-        type=_non_negative,
+        type=non_negative,
         default=None,
         help="failed attempts retried per episode in this invocation",
     )
     r.add_argument(
-        "--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation (retries + 1)"
+        "--max-attempts", type=positive, default=None, help="attempts per episode in this invocation (retries + 1)"
     )
     r.add_argument(
         "--only-failed", action="store_true", help="rerun only episodes whose latest record failed (no new episodes)"
@@ -329,7 +306,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     rf.add_argument(
         "--allow-test-split", action="store_true", help="opt in to a guarded test split (this invocation only)"
     )
-    rf.add_argument("--max-attempts", type=_positive, default=None, help="attempts per episode in this invocation")
+    rf.add_argument("--max-attempts", type=positive, default=None, help="attempts per episode in this invocation")
     rf.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto")
     rf.add_argument("--quiet", action="store_true", help="no per-attempt lines")
     rf.set_defaults(
@@ -345,7 +322,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("summarize", help="rebuild summary.json from traces.jsonl and print it")
     s.add_argument("run_dir", help="run directory")
     s.add_argument(
-        "--requested", type=_non_negative, default=None, help="planned episode count (default: manifest jobs)"
+        "--requested", type=non_negative, default=None, help="planned episode count (default: manifest jobs)"
     )
     s.add_argument("--no-write", action="store_true", help="print only; do not write summary.json")
     s.set_defaults(handler=_cmd_summarize)
@@ -354,10 +331,10 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("run_a")
     c.add_argument("run_b")
     c.add_argument("--output", default=None, help="also write the comparison JSON here")
-    c.add_argument("--bootstrap-samples", type=_positive, default=10000)
+    c.add_argument("--bootstrap-samples", type=positive, default=10000)
     c.add_argument("--bootstrap-seed", type=int, default=20260901)
     c.add_argument(
-        "--confidence-level", type=_probability, default=0.95, help="interval level, between 0 and 1 (default 0.95)"
+        "--confidence-level", type=probability, default=0.95, help="interval level, between 0 and 1 (default 0.95)"
     )
     c.add_argument("--rng", choices=["numpy", "cpython"], default="numpy")
     c.add_argument("--intended", action="append", default=[], metavar="FIELD",

@@ -10,6 +10,8 @@ import argparse
 import json
 from typing import Any
 
+from shopsimrl_core.cli._arg_types import positive, positive_float, probability
+
 __all__ = ["register_power_cli"]
 
 
@@ -29,36 +31,6 @@ def _cmd_power(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1 (got {text!r})") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, exclusive (got {text})")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text!r})") from None
-    if not value > 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (got {text})")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (got {text!r})") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
-    return value
-
-
 def register_power_cli(sub: Any) -> None:
     """Add ``power`` to the ``shopsimrl`` sub-parsers."""
     p = sub.add_parser(
@@ -70,11 +42,11 @@ def register_power_cli(sub: Any) -> None:
     )
     p.add_argument("source", help="comparison JSON (`shopsimrl compare --output`) or a run directory")
     p.add_argument("--metric", default="reward", help="metric name: reward, r_success, … (default reward)")
-    p.add_argument("--detect", type=_positive_float, default=None, metavar="D",
+    p.add_argument("--detect", type=positive_float, default=None, metavar="D",
                    help="difference to detect in the metric's unit, e.g. 0.03 for 3 points of success rate")
-    p.add_argument("--tasks", type=_positive_int, default=None, metavar="N", help="MDE of a design with N tasks")
-    p.add_argument("--repeats", type=_positive_int, action="append", default=[], metavar="R",
+    p.add_argument("--tasks", type=positive, default=None, metavar="N", help="MDE of a design with N tasks")
+    p.add_argument("--repeats", type=positive, action="append", default=[], metavar="R",
                    help="repeats per task to plan for (repeatable; default 1, 2, 4, 8 for --detect)")
-    p.add_argument("--alpha", type=_fraction, default=0.05, help="two-sided test level (default 0.05)")
-    p.add_argument("--power", type=_fraction, default=0.8, help="power (default 0.8)")
+    p.add_argument("--alpha", type=probability, default=0.05, help="two-sided test level (default 0.05)")
+    p.add_argument("--power", type=probability, default=0.8, help="power (default 0.8)")
     p.set_defaults(handler=_cmd_power)

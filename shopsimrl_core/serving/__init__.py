@@ -15,7 +15,13 @@ from shopsimrl_core.serving._launch import (
     launched_server,
     server_state_dir,
 )
-from shopsimrl_core.serving._processes import ServerRecord, group_alive, process_start_ticks, reap_orphans
+from shopsimrl_core.serving._processes import (
+    ServerRecord,
+    group_alive,
+    process_start_ticks,
+    reap_orphans,
+    stop_group,
+)
 from shopsimrl_core.serving._templates import ADAPTER_ARGS, SERVER_TEMPLATES, fill_command
 from shopsimrl_core.serving._weights import WEIGHTS_IDENTITY_SCHEME, weights_identity
 
@@ -35,5 +41,6 @@ __all__ = [
     "process_start_ticks",
     "reap_orphans",
     "server_state_dir",
+    "stop_group",
     "weights_identity",
 ]

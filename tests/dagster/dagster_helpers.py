@@ -20,6 +20,23 @@ def run_job(
     )
 
 
+def trace_lines(traces: Any) -> list[dict[str, Any]]:
+    """The whole JSON lines of a ``traces.jsonl`` (none when it does not exist); a torn last line is skipped."""
+    import json
+    from pathlib import Path
+
+    path = Path(traces)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a torn line left by a kill
+    return records
+
+
 def materialized(result: Any, key: str) -> dict[str, Any]:
     """Metadata values of the last materialization of asset *key* (``val/eval_summary``) in *result*."""
     events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == key]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster_helpers import materialized, run_job
+from dagster_helpers import materialized, run_job, trace_lines
 
 from shopsim_sandbox.testing import SandboxServer
 from shopsimrl_dagster.definitions import build_definitions
@@ -21,18 +20,6 @@ from shopsimrl_dagster.settings import load_pipeline_settings
 
 CHILD = Path(__file__).with_name("rollout_child.py")
 EPISODES = 30
-
-
-def _lines(traces: Path) -> list[dict]:
-    if not traces.exists():
-        return []
-    records = []
-    for line in traces.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a torn line left by the kill
-    return records
 
 
 @pytest.mark.slow
@@ -63,14 +50,14 @@ def test_rerun_after_kill_completes_without_redoing_finished_episodes(
                 stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 120
-        while len(_lines(traces)) < 6:
+        while len(trace_lines(traces)) < 6:
             assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
             assert time.monotonic() < deadline, "the rollout never started writing traces"
             time.sleep(0.05)
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
 
-        before = {r["episode_id"] for r in _lines(traces) if r.get("status") == "completed"}
+        before = {r["episode_id"] for r in trace_lines(traces) if r.get("status") == "completed"}
         assert 6 <= len(before) < EPISODES, "the kill must land in the middle of the rollout"
 
         with dg.instance_for_test() as instance:
@@ -83,7 +70,7 @@ def test_rerun_after_kill_completes_without_redoing_finished_episodes(
         assert metadata["episodes_completed_before_this_run"] == len(before)
         assert metadata["coverage"] == 1.0
 
-        records = _lines(traces)
+        records = trace_lines(traces)
         completed = Counter(r["episode_id"] for r in records if r.get("status") == "completed")
         assert len(completed) == EPISODES
         # Every episode finished before the kill has exactly one completed line: none was redone.

@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
-from dagster_helpers import materialized, run_job
+from dagster_helpers import materialized, run_job, trace_lines
 
 from shopsim_sandbox.testing import SandboxServer
 from shopsimrl_core import ConfigError, load_config
@@ -187,18 +187,6 @@ def test_a_checkpoint_given_as_weights_gives_the_same_plan_and_numbers_through_t
     assert summaries[0]["primary"] == summaries[1]["primary"]
 
 
-def _lines(traces: Path) -> list[dict]:
-    if not traces.exists():
-        return []
-    records = []
-    for line in traces.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a torn line left by the kill
-    return records
-
-
 @pytest.mark.slow
 def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
     tmp_path: Path, settings_writer, register
@@ -220,7 +208,7 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
             child = subprocess.Popen([sys.executable, str(CHILD), str(path), "w-100"], stdout=sink,
                                      stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 180  # a wait for progress, not an assertion on speed
-        while len(_lines(traces)) < 5:
+        while len(trace_lines(traces)) < 5:
             assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
             assert time.monotonic() < deadline, "the rollout never started writing traces"
             time.sleep(0.05)
@@ -230,7 +218,7 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
         assert len(orphans) == 1 and orphans[0]["owner_pid"] == child.pid
         pgid = orphans[0]["pgid"]
         assert group_alive(pgid), "the server must outlive its SIGKILLed run worker for this test"
-        before = {r["episode_id"] for r in _lines(traces) if r.get("status") == "completed"}
+        before = {r["episode_id"] for r in trace_lines(traces) if r.get("status") == "completed"}
         assert 5 <= len(before) < episodes
 
         with dg.instance_for_test() as instance:
@@ -247,5 +235,5 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
         assert not list(records_dir.glob("server-*.json"))
         metadata = materialized(result, "val/rollout_traces")
         assert metadata["episodes_completed_before_this_run"] == len(before) and metadata["coverage"] == 1.0
-        completed = Counter(r["episode_id"] for r in _lines(traces) if r.get("status") == "completed")
+        completed = Counter(r["episode_id"] for r in trace_lines(traces) if r.get("status") == "completed")
         assert len(completed) == episodes and max(completed.values()) == 1

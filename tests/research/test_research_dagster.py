@@ -45,7 +45,8 @@ def test_judge_asset_shows_agreement(analyst, train_run, tmp_path):
     instance.add_dynamic_partitions("checkpoints", ["ckpt-j"])
     result = dg.materialize([assets[RESEARCH_ASSET_KEYS[-1]]], partition_key="ckpt-j", instance=instance,
                             resources={"run_storage": RunStorage(root=str(root)),
-                                       "analyst": AnalystEndpoint.of(api_key_env=None, base_url=analyst.url, max_retries=1)})
+                                       "analyst": AnalystEndpoint.of(api_key_env=None, base_url=analyst.url,
+                                                                     max_retries=1)})
     assert result.success
     [event] = result.get_asset_materialization_events()
     meta = event.materialization.metadata
@@ -66,7 +67,8 @@ def test_analyst_path_asset_materializes_on_the_sandbox(sandbox, analyst, train_
     assets = {a.key: a for a in build_research_assets(settings_env)}
     result = dg.materialize([assets[RESEARCH_ASSET_KEYS[0]]], partition_key="ckpt-t", instance=instance,
                             resources={"run_storage": RunStorage(root=str(root)),
-                                       "analyst": AnalystEndpoint.of(api_key_env=None, base_url=analyst.url, max_retries=1)},
+                                       "analyst": AnalystEndpoint.of(api_key_env=None, base_url=analyst.url,
+                                                                     max_retries=1)},
                             run_config={"ops": {"trace2skill_draft": {"config": {"batch_size": 4}}}})
     assert result.success
     [event] = result.get_asset_materialization_events()
