@@ -237,3 +237,31 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
         assert metadata["episodes_completed_before_this_run"] == len(before) and metadata["coverage"] == 1.0
         completed = Counter(r["episode_id"] for r in trace_lines(traces) if r.get("status") == "completed")
         assert len(completed) == episodes and max(completed.values()) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_run_worker_stops_its_launched_server(tmp_path: Path, settings_writer, register) -> None:
+    """What Dagster's run termination (and a node drain) sends a run worker: its server's group goes with it."""
+    with SandboxServer(slots=4, latency_ms=25, policy=False) as server:
+        path = _launch_settings(
+            settings_writer(tmp_path, env_url=server.env_url, split_file=server.split_file, val_sample=40),
+            extra_args=["--latency-ms", "100"],
+        )
+        settings = load_pipeline_settings(path)
+        register(settings, "w-200", 200, weights=str(WEIGHTS / "policy-step-000200.json"))
+        traces = settings.runs_root / "val" / "w-200" / "traces.jsonl"
+        log = tmp_path / "child.log"
+        with log.open("wb") as sink:
+            child = subprocess.Popen([sys.executable, str(CHILD), str(path), "w-200"], stdout=sink,
+                                     stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + 180  # a wait for progress, not an assertion on speed
+        while len(trace_lines(traces)) < 2:
+            assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
+            assert time.monotonic() < deadline, "the rollout never started writing traces"
+            time.sleep(0.05)
+        [record] = [json.loads(p.read_text()) for p in (settings.runs_root / "_servers").glob("server-*.json")]
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=120)
+        assert not group_alive(record["pgid"])
+        assert not list((settings.runs_root / "_servers").glob("server-*.json"))
+        assert f"stopped inference server pgid {record['pgid']}" in log.read_text(errors="replace")
