@@ -90,9 +90,10 @@ def _core_errors(exc: ValidationError, where: str, own: tuple[str, ...] = ()) ->
     for error in exc.errors():
         loc = f"{where}.{'.'.join(str(p) for p in error['loc'])}"
         if error["type"] == "extra_forbidden":
-            fields = getattr(exc, "title", "")
-            model = {"ModelConfig": ModelConfig, "ServeConfig": ServeConfig}.get(fields)
-            valid = sorted({*(model.model_fields if model else ()), *own} - set(_PER_CHECKPOINT_MODEL_KEYS))
+            models: dict[str, type[BaseModel]] = {"ModelConfig": ModelConfig, "ServeConfig": ServeConfig}
+            model = models.get(exc.title)
+            known = set(model.model_fields) if model is not None else set()
+            valid = sorted((known | set(own)) - set(_PER_CHECKPOINT_MODEL_KEYS))
             lines.append(f"{loc}: unknown key; valid keys: {', '.join(valid)} (docs/pipeline.md)")
         else:
             lines.append(f"{loc}: {error['msg']} (got {error.get('input')!r})")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
+from shopsimrl_core.adapters._env_retry import retry_reason
 from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
 from shopsimrl_core.adapters._json import dumps, loads, loads_finite
 
@@ -52,51 +53,6 @@ TERMINATION_REASONS = ("action_limit", "generation_length")
 _LEASE_KEYS = ("env_idx", "lease_id")
 _PRIVATE_RESET_KEYS = ("private_task_instruction", "goal_options", "reason_key")
 _JSON_HEADERS = {"Content-Type": "application/json"}
-#: calls that may be repeated after any 429/5xx or transport failure: no lease exists yet (reset; a 500
-#: rolls its slot back, http-contract §5.6), the release of one is idempotent in effect (a second one answers 409,
-#: which counts as released), or nothing changes (healthz)
-_REPEATABLE = frozenset({"reset", "release_one", "healthz"})
-#: the contract's own reset refusals (http-contract §5.1): the same answer again, never worth a retry
-_RESET_REFUSALS = (
-    "reset must not include env_idx",
-    "reset action requires idx parameter",
-    "task idx must be an integer",
-    "unknown or inactive task_id",
-    "unsupported interaction_mode",
-)
-#: failures that prove the server never acted on the request: no connection was made
-_NOT_SENT = frozenset({"ConnectError", "ConnectTimeout", "UnsupportedProtocol"})
-
-
-def retry_reason(action: str, *, status: int | None = None, error: str | None = None,
-                 failure: TransportError | None = None) -> str | None:
-    """Why *action* may be sent again after this failure, or None when it must not be.
-
-    *status* and *error* describe an HTTP answer (``result.error``), *failure* a request without one.
-    ``interact`` and ``terminate`` are not idempotent (a repeat after a lost answer would consume
-    another action, http-contract §5.2), so they are repeated only when the server cannot have acted:
-    HTTP 429 or 503 (the server or a gateway in front of it refused the request), a connection never
-    made, or a stale keep-alive connection the server closed before reading the request.
-    """
-    if failure is not None:
-        if failure.stale:
-            return "the server closed an idle keep-alive connection as the request was sent"
-        if failure.kind in _NOT_SENT:
-            return f"{failure.kind}: the request never reached the server"
-        if action in _REPEATABLE and failure.kind != "UnsupportedProtocol":
-            return f"{failure.kind} on {action}, which is safe to repeat"
-        return None
-    if status is None:
-        return None
-    if status in (429, 503):
-        return f"HTTP {status}: the request was refused before it was handled"
-    if action in _REPEATABLE and status in (500, 502, 504):
-        if action == "reset" and error is not None and any(text in error for text in _RESET_REFUSALS):
-            return None
-        return f"HTTP {status} on {action}, which is safe to repeat"
-    return None
-
-
 def sanitize_payload(payload: dict[str, Any], *, reset: bool = False) -> dict[str, Any]:
     """Return a copy fit for a trace: lease fields removed; for a reset also the private-goal keys (§8.2)."""
     drop = _LEASE_KEYS + (_PRIVATE_RESET_KEYS if reset else ())

@@ -162,6 +162,20 @@ class EnvironmentConfig(_HttpServers):
     """
     base_urls: list[str] = Field(default_factory=list)
     """Additive: several servers used as one (``runs/_env_pool.py``); empty = ``base_url`` alone. Execution setting."""
+    exclusive: bool = False
+    """Additive: the run owns the environment server(s): a start that finds any slot taken sends ``release_all``.
+
+    Never set it on a server other runs share. Execution setting.
+    """
+    call_retry_attempts: int = Field(default=4, ge=1)
+    """Additive: total tries of one environment call where repeating it is safe; execution setting.
+
+    ``reset``, ``release_one`` and ``healthz`` on 429/5xx/transport failures; ``interact``/``terminate`` only
+    on 429, 503, a connection never made, or a stale keep-alive connection (docs/runs.md#environment-faults).
+    """
+    keepalive_expiry_seconds: float | None = Field(default=None, gt=0)
+    """Additive: seconds an idle environment connection is kept; null = 4 s, lowered automatically when the
+    server closes idle connections sooner. Execution setting."""
     identity: str | None = Field(default=None, min_length=1)
     """Additive: a stable name for this environment in the plan, in place of ``base_url``.
 

@@ -376,12 +376,9 @@ def environment_client(environment: Any, *, persona: bool, transport: Any = None
     """
     from shopsimrl_core.adapters._environment import ShopSimulatorClient
 
-    # Keys a config may not have yet (issue 24): repeated calls and the idle expiry keep their defaults then.
-    tuning: dict[str, Any] = {}
-    for key, argument in (("call_retry_attempts", "retry_attempts"), ("keepalive_expiry_seconds", "keepalive_expiry")):
-        value = getattr(environment, key, None)
-        if value is not None:
-            tuning[argument] = value
+    tuning: dict[str, Any] = {"retry_attempts": environment.call_retry_attempts}
+    if environment.keepalive_expiry_seconds is not None:
+        tuning["keepalive_expiry"] = environment.keepalive_expiry_seconds
 
     def client(url: str) -> ShopSimulatorClient:
         return ShopSimulatorClient(base_url=url, timeout=environment.timeout, persona=persona,

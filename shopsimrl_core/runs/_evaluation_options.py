@@ -59,7 +59,7 @@ class EvaluationOptions:
     """Who opted in to a guarded split (recorded in the ledger)."""
     environment_exclusive: bool | None = None
     """This run owns the environment server(s): the start frees every slot with ``release_all``
-    (docs/runs.md#leases). None: the config's ``environment.exclusive`` when it has one, else off."""
+    (docs/runs.md#leases). None: the config's ``environment.exclusive``."""
     episode_fn: EpisodeFunction | None = None
     """Replaces ``run_episode`` (tests)."""
     on_start: Callable[[EvalPlan, RunStore, bool], Any] | None = None

@@ -42,10 +42,11 @@ from shopsimrl_core.runs._jobs import EpisodeJob
 from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_test_access
 from shopsimrl_core.runs._loop import run_coroutine
 from shopsimrl_core.runs._plan import EvalPlan, build_plan
-from shopsimrl_core.runs._progress import ProgressTracker
+from shopsimrl_core.runs._progress import ProgressTracker, notice_sink
 from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _gate_probes, _make_clients, _make_settings
 from shopsimrl_core.runs._signals import _with_signals
 from shopsimrl_core.runs._store import RunStore
+from shopsimrl_core.serving._launch import launched_server
 
 __all__ = [
     "run_evaluation",
@@ -350,7 +351,8 @@ async def _execute(
     report: Any = None,
 ) -> None:
     from shopsimrl_core.runs._env_pool import per_server
-    from shopsimrl_core.runs._leases import JournaledEnvironment, LeaseJournal
+    from shopsimrl_core.runs._journaled_env import JournaledEnvironment
+    from shopsimrl_core.runs._leases import LeaseJournal
     from shopsimrl_core.runs._outage import EndpointFaultNotices, OutageGate, retry_delay, suspected_service
 
     config = plan.config
@@ -380,7 +382,7 @@ async def _execute(
         release_retry_seconds=config.environment.release_retry_seconds,
         notice=tracker.notice,
         exclusive=opts.environment_exclusive if opts.environment_exclusive is not None
-        else bool(getattr(config.environment, "exclusive", False)),
+        else config.environment.exclusive,
         wanted_slots=config.experiment.concurrency,
     ))
     probes, probe_timeouts = _gate_probes(plan, opts, raw_env) if resilient else ({}, {})
@@ -505,6 +507,14 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
 
     The run has its own event loop (uvloop when installed) and a garbage collector tuned for it,
     both for this call only (:mod:`shopsimrl_core.runs._loop`): ``shopsimrl run`` and the Dagster
-    rollout asset get the same client.
+    rollout asset get the same client. With a ``serve`` section the checkpoint's server is launched
+    for the run and stopped on every way out (:mod:`shopsimrl_core.serving`).
     """
-    return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
+    if config.serve is None:
+        return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
+    opts = EvaluationOptions.from_kwargs(options, kwargs)
+    with launched_server(config, notice_sink(opts.progress, status="serving")) as server:
+        served = config.model_copy(update={"model": config.model.model_copy(update={"base_url": server.base_url})})
+        served._source = config._source
+        return run_coroutine(_with_signals(arun_evaluation(served, opts)))
+

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.runs._leases import JOURNAL_NAME, JournaledEnvironment, LeaseJournal, SlotBudget
+from shopsimrl_core.runs._journaled_env import JournaledEnvironment, SlotBudget
+from shopsimrl_core.runs._leases import JOURNAL_NAME, LeaseJournal
 
 
 def _lines(run_dir: Path) -> list[str]:
