@@ -12,7 +12,7 @@ Public names are re-exported lazily so that ``python -m shopsimrl_dagster.regist
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
     "InferenceEndpoint": "defs.resources",
@@ -36,10 +36,31 @@ _EXPORTS: dict[str, str] = {
     "suite_asset_key": "defs.assets",
 }
 
+if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_dagster.definitions import build_definitions as build_definitions
+    from shopsimrl_dagster.defs.assets import suite_asset_key as suite_asset_key
+    from shopsimrl_dagster.defs.partitions import checkpoints as checkpoints
+    from shopsimrl_dagster.defs.resources import CheckpointRegistry as CheckpointRegistry
+    from shopsimrl_dagster.defs.resources import EndpointUnavailable as EndpointUnavailable
+    from shopsimrl_dagster.defs.resources import EvaluationSuites as EvaluationSuites
+    from shopsimrl_dagster.defs.resources import InferenceEndpoint as InferenceEndpoint
+    from shopsimrl_dagster.defs.resources import RunStorage as RunStorage
+    from shopsimrl_dagster.defs.resources import ShopSimulatorEnvironment as ShopSimulatorEnvironment
+    from shopsimrl_dagster.defs.resources import resources_from_settings as resources_from_settings
+    from shopsimrl_dagster.instance import LocalProcessRunLauncher as LocalProcessRunLauncher
+    from shopsimrl_dagster.instance import prepare_dagster_home as prepare_dagster_home
+    from shopsimrl_dagster.registry import Checkpoint as Checkpoint
+    from shopsimrl_dagster.registry import latest_checkpoint as latest_checkpoint
+    from shopsimrl_dagster.registry import read_registry as read_registry
+    from shopsimrl_dagster.registry import register_checkpoint as register_checkpoint
+    from shopsimrl_dagster.settings import EvaluationSuite as EvaluationSuite
+    from shopsimrl_dagster.settings import PipelineSettings as PipelineSettings
+    from shopsimrl_dagster.settings import load_pipeline_settings as load_pipeline_settings
+
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def _getattr(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'shopsimrl_dagster' has no attribute {name!r}")
@@ -50,3 +71,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any
+    __getattr__ = _getattr

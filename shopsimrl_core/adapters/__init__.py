@@ -7,6 +7,8 @@ by default, httpx for the test seam).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shopsimrl_core._lazy import lazy_face
 
 _EXPORTS: dict[str, str] = {
@@ -23,4 +25,19 @@ _EXPORTS: dict[str, str] = {
     "ReplicatedChatModelClient": "_replicas",
 }
 
-__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_core.adapters._conversation import Conversation as Conversation
+    from shopsimrl_core.adapters._environment import ShopSimulatorClient as ShopSimulatorClient
+    from shopsimrl_core.adapters._http import TransportError as TransportError
+    from shopsimrl_core.adapters._http import select_transport as select_transport
+    from shopsimrl_core.adapters._model import ChatModelClient as ChatModelClient
+    from shopsimrl_core.adapters._model import ModelEndpointFault as ModelEndpointFault
+    from shopsimrl_core.adapters._model import ModelRequestError as ModelRequestError
+    from shopsimrl_core.adapters._model import endpoint_fault as endpoint_fault
+    from shopsimrl_core.adapters._replicas import ReplicaSet as ReplicaSet
+    from shopsimrl_core.adapters._replicas import ReplicatedChatModelClient as ReplicatedChatModelClient
+    from shopsimrl_core.adapters._validation import ModelOutput as ModelOutput
+
+_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any
+    __getattr__ = _getattr

@@ -6,6 +6,8 @@ behind the pipeline's checks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shopsimrl_core._lazy import lazy_face
 
 _EXPORTS: dict[str, str] = {
@@ -32,4 +34,29 @@ _EXPORTS: dict[str, str] = {
     "judge_run": "_judge",
 }
 
-__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_core.analysis._audit import EpisodeOutcome as EpisodeOutcome
+    from shopsimrl_core.analysis._audit import TraceAudit as TraceAudit
+    from shopsimrl_core.analysis._audit import audit_traces as audit_traces
+    from shopsimrl_core.analysis._audit import goal_leaks as goal_leaks
+    from shopsimrl_core.analysis._comparison import compare_runs as compare_runs
+    from shopsimrl_core.analysis._judge import judge_run as judge_run
+    from shopsimrl_core.analysis._labels import LabelTable as LabelTable
+    from shopsimrl_core.analysis._labels import iter_latest_records as iter_latest_records
+    from shopsimrl_core.analysis._labels import label_episode as label_episode
+    from shopsimrl_core.analysis._labels import label_run as label_run
+    from shopsimrl_core.analysis._labels import read_labels as read_labels
+    from shopsimrl_core.analysis._ols import bootstrap_coefficients as bootstrap_coefficients
+    from shopsimrl_core.analysis._ols import fit_no_intercept_ols as fit_no_intercept_ols
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci as bootstrap_mean_ci
+    from shopsimrl_core.analysis._stats import paired_bootstrap_ci as paired_bootstrap_ci
+    from shopsimrl_core.analysis._stats import pass_at_k as pass_at_k
+    from shopsimrl_core.analysis._stats import pass_hat_k as pass_hat_k
+    from shopsimrl_core.analysis._stats import wilson_interval as wilson_interval
+    from shopsimrl_core.analysis._summary import build_summary as build_summary
+    from shopsimrl_core.analysis._summary import summarize_run as summarize_run
+    from shopsimrl_core.analysis._summary import summary_from_index as summary_from_index
+
+_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any
+    __getattr__ = _getattr

@@ -10,6 +10,8 @@ to its model; ``docs/schemas/`` holds the JSON Schemas generated from them
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shopsimrl_core._lazy import lazy_face
 
 _EXPORTS: dict[str, str] = {
@@ -34,4 +36,27 @@ _EXPORTS: dict[str, str] = {
     "document_for": "_registry",
 }
 
-__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_core.documents._base import Document as Document
+    from shopsimrl_core.documents._base import DocumentError as DocumentError
+    from shopsimrl_core.documents._registry import DOCUMENTS as DOCUMENTS
+    from shopsimrl_core.documents._registry import document_for as document_for
+    from shopsimrl_core.documents._runs import CheckpointComparison as CheckpointComparison
+    from shopsimrl_core.documents._runs import EvalSummary as EvalSummary
+    from shopsimrl_core.documents._runs import RunManifest as RunManifest
+    from shopsimrl_core.documents._runs import StepRecord as StepRecord
+    from shopsimrl_core.documents._runs import TraceRecord as TraceRecord
+    from shopsimrl_core.documents._skills import CandidatePool as CandidatePool
+    from shopsimrl_core.documents._skills import ChunkContributions as ChunkContributions
+    from shopsimrl_core.documents._skills import GateAManifest as GateAManifest
+    from shopsimrl_core.documents._skills import InitialDraft as InitialDraft
+    from shopsimrl_core.documents._skills import MaskAssignments as MaskAssignments
+    from shopsimrl_core.documents._skills import OnlineAssignments as OnlineAssignments
+    from shopsimrl_core.documents._skills import OnlineContributions as OnlineContributions
+    from shopsimrl_core.documents._skills import OnlineGateManifest as OnlineGateManifest
+    from shopsimrl_core.documents._skills import SkillBank as SkillBank
+    from shopsimrl_core.documents._skills import SkillCandidates as SkillCandidates
+
+_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any
+    __getattr__ = _getattr

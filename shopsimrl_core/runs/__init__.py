@@ -6,6 +6,8 @@ that drives many episodes at once, progress reporting and the test-split ledger.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shopsimrl_core._lazy import lazy_face
 
 _EXPORTS: dict[str, str] = {
@@ -49,4 +51,46 @@ _EXPORTS: dict[str, str] = {
     "iter_trace_lines": "_jsonl",
 }
 
-__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_core.runs._config import EvalConfig as EvalConfig
+    from shopsimrl_core.runs._config import config_from_mapping as config_from_mapping
+    from shopsimrl_core.runs._config import load_config as load_config
+    from shopsimrl_core.runs._config_sections import EnvironmentConfig as EnvironmentConfig
+    from shopsimrl_core.runs._config_sections import ModelConfig as ModelConfig
+    from shopsimrl_core.runs._config_sections import PromptConfig as PromptConfig
+    from shopsimrl_core.runs._config_sections import ServeConfig as ServeConfig
+    from shopsimrl_core.runs._env_pool import EnvironmentPool as EnvironmentPool
+    from shopsimrl_core.runs._evaluation_options import EvaluationOptions as EvaluationOptions
+    from shopsimrl_core.runs._evaluation_options import RunResult as RunResult
+    from shopsimrl_core.runs._evaluation_options import RunTerminated as RunTerminated
+    from shopsimrl_core.runs._evaluator import arun_evaluation as arun_evaluation
+    from shopsimrl_core.runs._evaluator import run_evaluation as run_evaluation
+    from shopsimrl_core.runs._index import RunIndex as RunIndex
+    from shopsimrl_core.runs._index import open_run_index as open_run_index
+    from shopsimrl_core.runs._jobs import EpisodeJob as EpisodeJob
+    from shopsimrl_core.runs._jobs import episode_id as episode_id
+    from shopsimrl_core.runs._jobs import episode_seed as episode_seed
+    from shopsimrl_core.runs._jobs import plan_jobs as plan_jobs
+    from shopsimrl_core.runs._jsonl import TraceLine as TraceLine
+    from shopsimrl_core.runs._jsonl import iter_trace_lines as iter_trace_lines
+    from shopsimrl_core.runs._leases import LeaseJournal as LeaseJournal
+    from shopsimrl_core.runs._ledger import TestAccessLedger as TestAccessLedger
+    from shopsimrl_core.runs._outage import OutageError as OutageError
+    from shopsimrl_core.runs._plan import EvalPlan as EvalPlan
+    from shopsimrl_core.runs._plan import build_plan as build_plan
+    from shopsimrl_core.runs._plan import semantic_projection as semantic_projection
+    from shopsimrl_core.runs._preflight import PreflightError as PreflightError
+    from shopsimrl_core.runs._preflight import PreflightReport as PreflightReport
+    from shopsimrl_core.runs._preflight import apreflight as apreflight
+    from shopsimrl_core.runs._preflight import preflight as preflight
+    from shopsimrl_core.runs._progress import ConsoleProgress as ConsoleProgress
+    from shopsimrl_core.runs._progress import ProgressEvent as ProgressEvent
+    from shopsimrl_core.runs._seed_probe import probe_seed as probe_seed
+    from shopsimrl_core.runs._splits import SplitFile as SplitFile
+    from shopsimrl_core.runs._splits import TaskSplit as TaskSplit
+    from shopsimrl_core.runs._splits import load_split_file as load_split_file
+    from shopsimrl_core.runs._store import RunStore as RunStore
+
+_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
+if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any
+    __getattr__ = _getattr
