@@ -12,6 +12,7 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "SKILLBANK_SCHEMA",
     "SPLIT_SCHEMA",
+    "SERVER_RECORD_SCHEMA",
     "PIPELINE_VERSION",
     "ACTION_PROTOCOL",
     "PROMPT_VERSION",
@@ -41,6 +42,7 @@ MANIFEST_SCHEMA = "shopsimrl-run-manifest-v1"
 SUMMARY_SCHEMA = "shopsimrl-eval-summary-v2"
 SKILLBANK_SCHEMA = "shopsimrl-skillbank-v1"
 SPLIT_SCHEMA = "shopsimrl-persona-splits-v1"
+SERVER_RECORD_SCHEMA = "shopsimrl-server-record-v1"
 PIPELINE_VERSION = "shopsimrl-v0.4"
 
 # The project's own prompt and repair wording carries the legacy version strings only

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from shopsimrl_core._hashing import write_json_atomic
+from shopsimrl_core._versions import SERVER_RECORD_SCHEMA
 
 __all__ = ["ServerRecord", "process_start_ticks", "start_group", "stop_group", "reap_orphans", "group_alive"]
 
@@ -67,8 +68,10 @@ def group_alive(pgid: int) -> bool:
 
 @dataclass(frozen=True)
 class ServerRecord:
-    """The on-disk record of one running server (``server-<pgid>.json``)."""
+    """The on-disk record of one running server (``server-<pgid>.json``, ``shopsimrl-server-record-v1``)."""
 
+    schema_version: str
+    """``SERVER_RECORD_SCHEMA``; a record of another version is not this code's to act on (left alone)."""
     pgid: int
     """Process group (= the leader's pid): what is stopped."""
     leader_ticks: int | None
@@ -84,11 +87,16 @@ class ServerRecord:
 
     @classmethod
     def read(cls, path: Path) -> ServerRecord | None:
-        """The record in *path*, or None when it is unreadable (half-written records are never left: atomic writes)."""
+        """The record in *path*, or None when it is unreadable or of another version.
+
+        Half-written records are never left (atomic writes); a record of another format version (a newer
+        shopsimrl sharing the folder) is not stopped by this one.
+        """
         try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
+            record = cls(**json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError):
             return None
+        return record if record.schema_version == SERVER_RECORD_SCHEMA else None
 
     def owner_alive(self) -> bool:
         """Whether the launching process still runs."""
@@ -114,6 +122,7 @@ def start_group(
         start_new_session=True,
     )
     record = ServerRecord(
+        schema_version=SERVER_RECORD_SCHEMA,
         pgid=process.pid,
         leader_ticks=process_start_ticks(process.pid),
         owner_pid=os.getpid(),
