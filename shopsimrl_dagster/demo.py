@@ -201,6 +201,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings, home: Path) -> None:
+    from .report import delta_text  # imports dagster: only once the runs are done
+
     print()
     for row in headlines:
         summary = row.get("eval_summary", {})
@@ -219,10 +221,19 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
             f"{_fmt(summary.get('protocol_error_rate'))}"
         )
         if comparison:
-            print(
-                f"  comparison   vs {comparison.get('baseline')}: delta reward "
-                f"{_fmt(comparison.get('delta_reward'), 4)}"
-            )
+            # The core's paired differences with their intervals and minimum detectable differences.
+            deltas = [
+                f"Δ {label} "
+                + delta_text(
+                    comparison.get(f"delta_{metric}"),
+                    comparison.get(f"delta_{metric}_ci_low"),
+                    comparison.get(f"delta_{metric}_ci_high"),
+                    comparison.get(f"mde_{metric}"),
+                    comparison.get(f"within_noise_{metric}"),
+                )
+                for metric, label in (("reward", "reward"), ("r_success", "success"))
+            ]
+            print(f"  comparison   vs {comparison.get('baseline')}: {', '.join(deltas)}")
         else:
             print("  comparison   none (no earlier checkpoint with this suite)")
         print(f"  run dir      {rollout.get('run_dir')}")

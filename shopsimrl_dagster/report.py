@@ -1,9 +1,11 @@
 """How numbers are shown in the Dagster UI: tables, rounded text and PNG charts.
 
-Presentation only: every number comes from the core summary (``summary.json``: ``primary`` with
-its intervals, ``breakdowns.category``); nothing here recomputes a statistic. Charts are written
-next to their data and also returned as base64 so the metadata can embed them (the UI shows a
-markdown image without file access).
+Presentation only: every number comes from the core documents (``summary.json``: ``primary`` with
+its intervals and ``sampling_design``, ``breakdowns.category``; ``comparison_vs_<baseline>.json``:
+``paired.metrics`` with their power fields); nothing here recomputes a statistic. Interval labels
+are derived from the interval's own ``method`` and units, so a run with repeats says that its
+intervals resample tasks (docs/statistics.md). Charts are written next to their data and also
+returned as base64 so the metadata can embed them (the UI shows a markdown image without file access).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import dagster as dg
 
 __all__ = [
     "rounded",
+    "interval_note",
+    "design_text",
+    "comparison_verdict",
+    "delta_text",
+    "comparison_point",
     "mapping_table",
     "category_table",
     "progress_points",
@@ -46,6 +53,128 @@ def _round(value: Any, digits: int = 4) -> Any:
     return round(float(value), digits) if _is_num(value) else None
 
 
+_CLUSTER_METHODS = {
+    "wilson_design_effect": "task-cluster Wilson",
+    "task_cluster_percentile_bootstrap": "task-cluster bootstrap",
+    "task_cluster_normal_approximation": "task-cluster normal approximation",
+}
+"""Interval methods that resample tasks (runs with repeats) → their short name in labels."""
+
+
+def _repeats(design: Mapping[str, Any] | None) -> str | None:
+    low, high = (design or {}).get("repeats_min"), (design or {}).get("repeats_max")
+    if not isinstance(low, int) or not isinstance(high, int):
+        return None
+    return str(low) if low == high else f"{low}–{high}"
+
+
+def interval_note(
+    ci: Mapping[str, Any] | None, design: Mapping[str, Any] | None = None, metric: str = "reward"
+) -> str | None:
+    """What an interval is, read from its own ``method`` and units.
+
+    ``Wilson 95%, n=60`` or ``task-cluster Wilson 95%, n=32 tasks × 4, design effect 2.26``.
+    *ci* is a core interval dict (``primary.success_ci``, a category's ``reward_ci`` …), *design*
+    the summary's ``primary.sampling_design`` (repeats and the estimated design effect of *metric*,
+    ``reward`` or ``success``). Episode-level intervals keep the labels published before issue 23
+    (``Wilson 95%, n=60``, ``percentile_bootstrap 95%``). Task-resampled ones name the tasks, the
+    repeats and the design effect: the one the interval used when it records one (Wilson at the
+    effective sample size), else the summary's estimate. None without an interval.
+    """
+    if not ci:
+        return None
+    method = ci.get("method")
+    level = f"{int(100 * ci.get('confidence_level', 0.95))}%"
+    if method == "wilson":
+        return f"Wilson {level}, n={ci.get('n')}"
+    if method not in _CLUSTER_METHODS:
+        return f"{method or 'interval'} {level}"
+    tasks = ci.get("tasks", (design or {}).get("tasks"))
+    repeats = _repeats(design)
+    units = f"{tasks} tasks" + (f" × {repeats}" if repeats else "")
+    if repeats is None and isinstance(ci.get("n"), int):
+        units += f", {ci['n']} episodes"
+    deff = ci.get("design_effect") if "design_effect" in ci else ((design or {}).get("design_effect") or {}).get(metric)
+    effect = f", design effect {deff:.2f}" if _is_num(deff) else ""
+    return f"{_CLUSTER_METHODS[str(method)]} {level}, n={units}{effect}"
+
+
+def design_text(summary: Mapping[str, Any]) -> str:
+    """The sampling design of a summary in a few words (``primary.sampling_design``).
+
+    ``60 episodes, 1 per task`` or ``32 tasks × 4, design effect success 2.26, reward 2.20``.
+    """
+    primary = summary.get("primary") or {}
+    design = primary.get("sampling_design")
+    if not design:
+        completed = (summary.get("counts") or {}).get("completed")
+        return f"{completed} episodes, 1 per task"
+    effects = design.get("design_effect") or {}
+    parts = [f"{name} {effects[name]:.2f}" for name in ("success", "reward") if _is_num(effects.get(name))]
+    text = f"{design.get('tasks')} tasks × {_repeats(design) or '?'}"
+    return text + (f", design effect {', '.join(parts)}" if parts else "")
+
+
+def comparison_verdict(values: Mapping[str, Any], digits: int = 3) -> str:
+    """One line on one compared metric (a ``paired.metrics`` entry of the core comparison).
+
+    ``within noise: |Δ| 0.018 < MDE 0.063 (interval [-0.021, +0.057] covers 0)`` or
+    ``detected: Δ +0.183, interval [+0.101, +0.268] excludes 0 (MDE 0.093)``. The verdict is the
+    core's ``within_noise`` (the interval covers 0); the minimum detectable difference says how
+    large a difference this design would find with 80 % power.
+    """
+    delta: Any = values.get("mean_difference")
+    ci: Any = values.get("confidence_interval")
+    mde: Any = values.get("minimum_detectable_difference")
+    noise: Any = values.get("within_noise")
+    mde_text = f"MDE {mde:.{digits}f}" if _is_num(mde) else "MDE n/a"
+    if not _is_num(delta) or not ci or noise is None:
+        return f"no interval (fewer than 2 paired tasks); {mde_text}"
+    size = abs(delta)
+    interval = f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
+    if noise:
+        against = f" {'<' if size < mde else '≥'} {mde_text}" if _is_num(mde) else f", {mde_text}"
+        return f"within noise: |Δ| {size:.{digits}f}{against} (interval {interval} covers 0)"
+    return f"detected: Δ {delta:+.{digits}f}, interval {interval} excludes 0 ({mde_text})"
+
+
+def delta_text(delta: Any, low: Any, high: Any, mde: Any, within_noise: Any, digits: int = 3) -> str:
+    """``+0.183 [+0.101, +0.268] (MDE 0.093, detected)`` for a printed headline; ``n/a`` without a delta."""
+    if not _is_num(delta):
+        return "n/a"
+    text = f"{delta:+.{digits}f}"
+    if _is_num(low) and _is_num(high):
+        text += f" [{low:+.{digits}f}, {high:+.{digits}f}]"
+    verdict = "within noise" if within_noise is True else "detected" if within_noise is False else "no interval"
+    mde_text = f"MDE {mde:.{digits}f}" if _is_num(mde) else "MDE n/a"
+    return f"{text} ({mde_text}, {verdict})"
+
+
+def comparison_point(baseline: str, comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """What a progress point shows of its comparison with the checkpoint before it.
+
+    From the core comparison's ``paired.metrics``, for ``reward`` and ``r_success``: the difference,
+    its interval, the minimum detectable difference, ``sd_difference``, ``within_noise`` and a verdict.
+    """
+    metrics = (comparison.get("paired") or {}).get("metrics") or {}
+    point: dict[str, Any] = {"baseline": baseline, "pairs": (comparison.get("paired") or {}).get("pairs")}
+    for metric in ("reward", "r_success"):
+        values = metrics.get(metric)
+        if not values:
+            continue
+        ci = values.get("confidence_interval") or [None, None]
+        point[metric] = {
+            "delta": values.get("mean_difference"),
+            "low": ci[0],
+            "high": ci[1],
+            "minimum_detectable_difference": values.get("minimum_detectable_difference"),
+            "sd_difference": values.get("sd_difference"),
+            "within_noise": values.get("within_noise"),
+            "verdict": comparison_verdict(values),
+        }
+    return point
+
+
 def mapping_table(
     values: Mapping[str, Any], key_header: str, value_header: str
 ) -> tuple[list[dg.TableRecord], dg.TableSchema]:
@@ -61,26 +190,60 @@ def mapping_table(
     return rows, schema
 
 
+def _interval(ci: Mapping[str, Any] | None, digits: int = 3) -> str:
+    if not ci or not _is_num(ci.get("low")) or not _is_num(ci.get("high")):
+        return "–"
+    return f"[{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
+
+
 def category_table(summary: Mapping[str, Any]) -> tuple[list[dg.TableRecord], dg.TableSchema]:
-    """The core summary's per-category breakdown (``breakdowns.category``) as table rows."""
+    """The core summary's per-category breakdown (``breakdowns.category``) as table rows.
+
+    Each row shows the category's sampling units (``tasks``, ``episodes``), its mean reward and
+    success rate with their 95 % intervals (the core's, task-resampled when the run has repeats),
+    the interval method and the core's ``small_n`` flag (fewer than 10 sampling units: read the
+    interval as a rough range).
+    """
     breakdown = (summary.get("breakdowns") or {}).get("category") or {}
-    rows = [
-        dg.TableRecord(
-            {
-                "category": str(name),
-                "episodes": int(row.get("episodes") or 0),
-                "reward": _round(row.get("reward_mean")),
-                "success": _round(row.get("success_rate")),
-            }
+    rows = []
+    for name, row in sorted(breakdown.items()):
+        success_ci, reward_ci = row.get("success_ci"), row.get("reward_ci")
+        rows.append(
+            dg.TableRecord(
+                {
+                    "category": str(name),
+                    "tasks": int(row["tasks"]) if isinstance(row.get("tasks"), int) else None,
+                    "episodes": int(row.get("episodes") or 0),
+                    "reward": _round(row.get("reward_mean")),
+                    "reward_95": _interval(reward_ci),
+                    "success": _round(row.get("success_rate")),
+                    "success_95": _interval(success_ci),
+                    "small_n": bool(row.get("small_n")),
+                    "intervals": "; ".join(
+                        note
+                        for note in (
+                            interval_note(success_ci, None, "success"),
+                            interval_note(reward_ci, None, "reward"),
+                        )
+                        if note
+                    )
+                    or "–",
+                }
+            )
         )
-        for name, row in sorted(breakdown.items())
-    ]
     schema = dg.TableSchema(
         columns=[
             dg.TableColumn("category", "string"),
+            dg.TableColumn("tasks", "int", description="distinct tasks (the sampling unit with repeats)"),
             dg.TableColumn("episodes", "int"),
-            dg.TableColumn("reward", "float"),
-            dg.TableColumn("success", "float"),
+            dg.TableColumn("reward", "float", description="mean reward"),
+            dg.TableColumn("reward_95", "string", description="95% interval of the mean reward"),
+            dg.TableColumn("success", "float", description="success rate"),
+            dg.TableColumn("success_95", "string", description="95% interval of the success rate"),
+            dg.TableColumn(
+                "small_n", "bool", description="fewer than 10 sampling units: read the interval as a rough range"
+            ),
+            dg.TableColumn("intervals", "string", description="interval methods (success; reward)"),
         ]
     )
     return rows, schema
@@ -90,7 +253,10 @@ def progress_points(runs: Iterable[tuple[str, int, Mapping[str, Any] | None]]) -
     """One point per (checkpoint_id, training step, core summary or None), sorted by training step.
 
     Each point holds the summary's reward mean and success rate with their 95 % intervals
-    (``primary.reward_ci`` / ``primary.success_ci``); checkpoints without a summary are left out.
+    (``primary.reward_ci`` / ``primary.success_ci``), what those intervals are (``reward_interval``,
+    ``success_interval``: method, units, design effect) and the sampling design (``design``,
+    ``tasks``); checkpoints without a summary are left out. ``vs_previous`` starts as None
+    (:func:`comparison_point` fills it where a comparison with the previous point exists).
     """
     points = []
     for checkpoint_id, step, summary in runs:
@@ -99,6 +265,7 @@ def progress_points(runs: Iterable[tuple[str, int, Mapping[str, Any] | None]]) -
         primary = summary["primary"]
         reward_ci = primary.get("reward_ci") or {}
         success_ci = primary.get("success_ci") or {}
+        design = primary.get("sampling_design")
         points.append(
             {
                 "checkpoint_id": checkpoint_id,
@@ -110,21 +277,56 @@ def progress_points(runs: Iterable[tuple[str, int, Mapping[str, Any] | None]]) -
                 "success_rate": primary.get("success_rate"),
                 "success_low": success_ci.get("low"),
                 "success_high": success_ci.get("high"),
+                "tasks": (design or {}).get("tasks"),
+                "design": design_text(summary),
+                "reward_interval": interval_note(reward_ci, design, "reward"),
+                "success_interval": interval_note(success_ci, design, "success"),
+                "vs_previous": None,
             }
         )
     return sorted(points, key=lambda p: (p["step"], p["checkpoint_id"]))
 
 
+def _mde(point: Mapping[str, Any], metric: str) -> Any:
+    return _round(((point.get("vs_previous") or {}).get(metric) or {}).get("minimum_detectable_difference"))
+
+
+def _vs_previous(point: Mapping[str, Any]) -> str:
+    previous = point.get("vs_previous")
+    if not previous:
+        return "–"
+    parts = [
+        f"{label} {previous[metric]['verdict']}"
+        for metric, label in (("reward", "reward"), ("r_success", "success"))
+        if previous.get(metric)
+    ]
+    return f"vs {previous['baseline']}: " + "; ".join(parts)
+
+
 def progress_table(points: list[dict[str, Any]]) -> tuple[list[dg.TableRecord], dg.TableSchema]:
-    """The progress points as table rows, rounded for reading (raw values are in progress.json)."""
+    """The progress points as table rows, rounded for reading (raw values are in progress.json).
+
+    Beside each point's intervals: its sampling design, and where the comparison with the previous
+    point exists, the minimum detectable difference of that comparison (``mde_reward``,
+    ``mde_success``) and its verdict per metric.
+    """
     rows = [
         dg.TableRecord(
             {
                 "step": p["step"],
                 "checkpoint": p["checkpoint_id"],
                 "episodes": p["episodes"],
+                "design": p.get("design") or "–",
                 "reward": rounded(p["reward"], p["reward_low"], p["reward_high"]),
                 "success": rounded(p["success_rate"], p["success_low"], p["success_high"]),
+                "intervals": "; ".join(
+                    f"{label}: {p[key]}" for key, label in (("success_interval", "success"),
+                                                            ("reward_interval", "reward")) if p.get(key)
+                )
+                or "–",
+                "mde_reward": _mde(p, "reward"),
+                "mde_success": _mde(p, "r_success"),
+                "vs_previous": _vs_previous(p),
             }
         )
         for p in points
@@ -134,8 +336,16 @@ def progress_table(points: list[dict[str, Any]]) -> tuple[list[dg.TableRecord], 
             dg.TableColumn("step", "int"),
             dg.TableColumn("checkpoint", "string"),
             dg.TableColumn("episodes", "int"),
+            dg.TableColumn("design", "string", description="sampling design: tasks × repeats, design effects"),
             dg.TableColumn("reward", "string", description="mean [95% interval]"),
-            dg.TableColumn("success", "string", description="rate [Wilson 95% interval]"),
+            dg.TableColumn("success", "string", description="rate [95% interval]"),
+            dg.TableColumn("intervals", "string", description="how each interval was made (follows the design)"),
+            dg.TableColumn(
+                "mde_reward", "float", description="minimum detectable difference of the comparison with the previous "
+                "point (80% power, alpha 0.05)"
+            ),
+            dg.TableColumn("mde_success", "float", description="the same for the success rate (r_success)"),
+            dg.TableColumn("vs_previous", "string", description="the comparison with the previous point"),
         ]
     )
     return rows, schema
@@ -180,20 +390,46 @@ def _save(fig: Any, plt: Any, path: Path) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _error_bars(values: list[float], intervals: list[Any]) -> list[list[float]]:
+    """Matplotlib ``xerr`` (below, above) of each value from its core interval dict (0 without one)."""
+    below, above = [], []
+    for value, ci in zip(values, intervals):
+        ok = isinstance(ci, Mapping) and _is_num(ci.get("low")) and _is_num(ci.get("high"))
+        below.append(max(0.0, value - ci["low"]) if ok else 0.0)
+        above.append(max(0.0, ci["high"] - value) if ok else 0.0)
+    return [below, above]
+
+
 def write_category_chart(path: Path, summary: Mapping[str, Any], title: str) -> str:
-    """Success rate and mean reward per category (the core summary's breakdown); write a PNG; return base64."""
+    """Success rate and mean reward per category with their 95 % intervals; write a PNG; return base64.
+
+    Everything comes from the core summary's breakdown; each label carries the category's sampling
+    units and ``small n`` where the core flags it.
+    """
     plt, has_cjk = _pyplot()
     breakdown = sorted(((summary.get("breakdowns") or {}).get("category") or {}).items())
-    labels = [name if has_cjk or str(name).isascii() else f"#{i}" for i, (name, _) in enumerate(breakdown, start=1)]
+    clustered = bool((summary.get("primary") or {}).get("sampling_design"))
+    labels = []
+    for i, (name, row) in enumerate(breakdown, start=1):
+        text = name if has_cjk or str(name).isascii() else f"#{i}"
+        units = row.get("tasks") if clustered else row.get("episodes")
+        if isinstance(units, int):
+            text += f" (n={units}{' tasks' if clustered else ''}{', small n' if row.get('small_n') else ''})"
+        labels.append(text)
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.0, max(2.4, 0.3 * len(labels) + 1.2)), dpi=80, sharey=True)
     ys = list(range(len(labels)))
-    left.barh(ys, [row.get("success_rate") or 0.0 for _, row in breakdown], color="#4f6bed")
+    success = [row.get("success_rate") or 0.0 for _, row in breakdown]
+    reward = [row.get("reward_mean") or 0.0 for _, row in breakdown]
+    bars = {"capsize": 2, "ecolor": "#333333", "error_kw": {"elinewidth": 0.8}}
+    left.barh(ys, success, color="#4f6bed", xerr=_error_bars(success, [r.get("success_ci") for _, r in breakdown]),
+              **bars)
     left.set_yticks(ys, labels=labels, fontsize=7)
     left.set_xlim(0, 1)
-    left.set_xlabel("success rate")
-    right.barh(ys, [row.get("reward_mean") or 0.0 for _, row in breakdown], color="#2aa876")
+    left.set_xlabel("success rate (95% interval)")
+    right.barh(ys, reward, color="#2aa876", xerr=_error_bars(reward, [r.get("reward_ci") for _, r in breakdown]),
+               **bars)
     right.set_xlim(0, 1)
-    right.set_xlabel("mean reward")
+    right.set_xlabel("mean reward (95% interval)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save(fig, plt, path)

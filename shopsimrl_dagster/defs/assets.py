@@ -30,6 +30,10 @@ from ..eval_config import write_eval_config
 from ..registry import previous_checkpoint
 from ..report import (
     category_table,
+    comparison_point,
+    comparison_verdict,
+    design_text,
+    interval_note,
     mapping_table,
     progress_points,
     progress_table,
@@ -305,24 +309,18 @@ def _summary_metadata(
     counts, primary, behavior = summary["counts"], summary["primary"], summary["behavior"]
     success_ci = primary.get("success_ci") or {}
     reward_ci = primary.get("reward_ci") or {}
+    design = primary.get("sampling_design")
     reward, success = primary.get("reward_mean"), primary.get("success_rate")
     components = summary.get("reward_components") or {}
     metadata: dict[str, Any] = {
         "suite": suite_name,
-        # Rounded text for reading first, then the raw floats (the UI plots these across partitions).
+        # Rounded text for reading first, labelled by the interval's own method (task-resampled with
+        # repeats), then the raw floats (the UI plots these across partitions).
         "reward_display": rounded(
-            reward,
-            reward_ci.get("low"),
-            reward_ci.get("high"),
-            f"{reward_ci.get('method', 'interval')} {int(100 * reward_ci.get('confidence_level', 0.95))}%"
-            if reward_ci
-            else None,
+            reward, reward_ci.get("low"), reward_ci.get("high"), interval_note(reward_ci, design, "reward")
         ),
         "success_display": rounded(
-            success,
-            success_ci.get("low"),
-            success_ci.get("high"),
-            f"Wilson 95%, n={success_ci.get('n')}" if success_ci else None,
+            success, success_ci.get("low"), success_ci.get("high"), interval_note(success_ci, design, "success")
         ),
         # Raw floats (the UI plots these across partitions) beside rounded text for reading.
         "reward": _num(reward),
@@ -347,6 +345,19 @@ def _summary_metadata(
         "episodes": dg.MetadataValue.url(viewer_url),
         "summary_path": dg.MetadataValue.path(str(run_dir / "summary.json")),
     }
+    if design:
+        # Repeats: tasks are the sampling unit (docs/statistics.md); the core's design, as published.
+        effects = design.get("design_effect") or {}
+        metadata.update(
+            {
+                "sampling_design": design_text(summary),
+                "tasks": int(design["tasks"]),
+                "design_effect_reward": _num(effects.get("reward")),
+                "design_effect_success": _num(effects.get("success")),
+                "reward_sem_task_cluster": _num(design.get("reward_sem")),
+                "sampling_design_detail": dg.MetadataValue.json(design),
+            }
+        )
     for name, value in sorted(components.items()):
         if isinstance(value, (int, float)):
             metadata[f"component_{name}"] = float(value)
@@ -500,7 +511,9 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         title = f"{context.partition_key} · suite {name}"
         chart = _cached_chart(
             chart_path,
-            {"title": title, "category": (summary.get("breakdowns") or {}).get("category")},
+            # "chart": the drawing's version (2: interval bars and sampling units), so older PNGs are redrawn.
+            {"chart": 2, "title": title, "category": (summary.get("breakdowns") or {}).get("category"),
+             "clustered": bool((summary.get("primary") or {}).get("sampling_design"))},
             lambda: write_category_chart(chart_path, summary, title),
         )
         url = viewer_run_url(settings, run_storage, name, context.partition_key)
@@ -550,6 +563,7 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": int(comparison["paired"]["pairs"])}
         for metric, values in sorted(metrics.items()):
             ci = values.get("confidence_interval")
+            mde, sd, noise = (values.get(k) for k in ("minimum_detectable_difference", "sd_difference", "within_noise"))
             rows.append(
                 dg.TableRecord(
                     {
@@ -558,6 +572,9 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
                         "this": round(float(values["b_mean"]), 4),
                         "delta": round(float(values["mean_difference"]), 4),
                         "interval": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
+                        "mde": None if mde is None else round(float(mde), 4),
+                        "sd_difference": None if sd is None else round(float(sd), 4),
+                        "verdict": comparison_verdict(values),
                     }
                 )
             )
@@ -566,6 +583,12 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
                 if ci:
                     metadata[f"delta_{metric}_ci_low"] = float(ci[0])
                     metadata[f"delta_{metric}_ci_high"] = float(ci[1])
+            if metric in ("reward", "r_success"):
+                # The core's power fields (docs/statistics.md): how large a difference this design detects.
+                metadata[f"mde_{metric}"] = _num(mde)
+                metadata[f"sd_difference_{metric}"] = _num(sd)
+                metadata[f"within_noise_{metric}"] = dg.MetadataValue.null() if noise is None else bool(noise)
+                metadata[f"verdict_{metric}"] = comparison_verdict(values)
         flips = comparison["paired"].get("flips") or {}
         schema = dg.TableSchema(
             columns=[
@@ -573,11 +596,18 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
                 dg.TableColumn("baseline", "float"),
                 dg.TableColumn("this", "float"),
                 dg.TableColumn("delta", "float"),
-                dg.TableColumn("interval", "string"),
+                dg.TableColumn("interval", "string", description="paired task-level bootstrap interval of delta"),
+                dg.TableColumn(
+                    "mde", "float", description="minimum detectable difference (80% power, alpha 0.05, paired tasks)"
+                ),
+                dg.TableColumn("sd_difference", "float", description="SD of the task-level differences"),
+                dg.TableColumn("verdict", "string", description="within noise (interval covers 0) or detected"),
             ]
         )
+        power = comparison["paired"].get("power")
         metadata.update(
             {
+                "power": dg.MetadataValue.json(power) if power else dg.MetadataValue.null(),
                 "deltas": dg.MetadataValue.table(rows, schema=schema),
                 "flips_gained": int(flips.get("gained", 0)),
                 "flips_lost": int(flips.get("lost", 0)),
@@ -597,7 +627,8 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         deps=[summary_key],
         group=group,
         kinds={"json"},
-        description=f"Reward and success (95% intervals) of every checkpoint on {described}, against training step. "
+        description=f"Reward and success (95% intervals) of every checkpoint on {described}, against training step, "
+        "with the minimum detectable difference of each checkpoint's comparison with the one before it. "
         "Not materialized while no checkpoint has a summary.",
         partitioned=False,
     )
@@ -615,6 +646,18 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         if not points:
             context.log.info(f"progress not materialized: no checkpoint has a {name} summary yet")
             return
+        # The comparison of each point with the one before it, where checkpoint_comparison wrote one.
+        for before, point in zip(points, points[1:]):
+            path = run_storage.run_dir(name, point["checkpoint_id"]) / f"comparison_vs_{before['checkpoint_id']}.json"
+            found = _read_json(path)
+            if found is None:
+                continue
+            try:
+                doc = core.CheckpointComparison.parse(found, str(path)).to_json()
+            except core.ShopSimRLError as exc:
+                context.log.warning(f"progress: {exc.one_line()}; its comparison is left out")
+                continue
+            point["vs_previous"] = comparison_point(before["checkpoint_id"], doc)
         out_dir = run_storage.progress_dir(name)
         chart = write_progress_chart(
             out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
@@ -630,6 +673,11 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
                 "latest_step": latest["step"],
                 "latest_reward": _num(latest["reward"]),
                 "latest_success_rate": _num(latest["success_rate"]),
+                # The minimum detectable difference of the latest comparison with the point before it.
+                "latest_mde_reward": _num(((latest["vs_previous"] or {}).get("reward") or {}).get(
+                    "minimum_detectable_difference")),
+                "latest_mde_r_success": _num(((latest["vs_previous"] or {}).get("r_success") or {}).get(
+                    "minimum_detectable_difference")),
                 "chart": dg.MetadataValue.md(
                     f"![{name}: reward and success by training step](data:image/png;base64,{chart})"
                 ),

@@ -78,6 +78,19 @@ def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_sett
         )
         assert train_records[0].asset_materialization.metadata["reward"].value == train_disk["primary"]["reward_mean"]
         assert materialized(train, "train/rollout_traces")["episodes_completed"] == 6  # 3 tasks × 2 repeats
+        # With repeats the intervals resample tasks, and the label says so (issue 23).
+        train_summary = materialized(train, "train/eval_summary")
+        design = train_disk["primary"]["sampling_design"]
+        assert "(task-cluster Wilson 95%, n=3 tasks × 2" in train_summary["success_display"]
+        assert "(task-cluster bootstrap 95%, n=3 tasks × 2" in train_summary["reward_display"]
+        assert train_summary["tasks"] == design["tasks"] == 3
+        # One repeat on val: the label published before issue 23.
+        assert summary["success_display"].endswith("(Wilson 95%, n=8)")
+        val_dir = sandbox_settings.runs_root / "val" / "ckpt-step-000200"
+        comparison = json.loads((val_dir / "comparison_vs_ckpt-step-000100.json").read_text())
+        reward = comparison["paired"]["metrics"]["reward"]
+        assert second["mde_reward"] == reward["minimum_detectable_difference"]
+        assert second["within_noise_reward"] is reward["within_noise"]
 
         progress = run_job(location, "progress_charts", instance)
         chart = materialized(progress, "val/progress")
