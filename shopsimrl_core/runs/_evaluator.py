@@ -42,11 +42,10 @@ from shopsimrl_core.runs._jobs import EpisodeJob
 from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_test_access
 from shopsimrl_core.runs._loop import run_coroutine
 from shopsimrl_core.runs._plan import EvalPlan, build_plan
-from shopsimrl_core.runs._progress import ProgressTracker, notice_sink
+from shopsimrl_core.runs._progress import ProgressTracker
 from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _gate_probes, _make_clients, _make_settings
 from shopsimrl_core.runs._signals import _with_signals
 from shopsimrl_core.runs._store import RunStore
-from shopsimrl_core.serving._launch import launched_server
 
 __all__ = [
     "run_evaluation",
@@ -512,9 +511,7 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
     """
     if config.serve is None:
         return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
-    opts = EvaluationOptions.from_kwargs(options, kwargs)
-    with launched_server(config, notice_sink(opts.progress, status="serving")) as server:
-        served = config.model_copy(update={"model": config.model.model_copy(update={"base_url": server.base_url})})
-        served._source = config._source
-        return run_coroutine(_with_signals(arun_evaluation(served, opts)))
+    from shopsimrl_core.runs._served_run import run_served
+
+    return run_served(config, EvaluationOptions.from_kwargs(options, kwargs))
 

@@ -353,7 +353,8 @@ class RunStore:
         """
         self.close_traces()
         names = (
-            [p for p in self.run_dir.iterdir() if p.name not in {"run.lock", "superseded"}]
+            # server-logs/ may hold the log a launched server is writing right now (shopsimrl_core.serving).
+            [p for p in self.run_dir.iterdir() if p.name not in {"run.lock", "superseded", "server-logs"}]
             if self.run_dir.exists()
             else []
         )

@@ -300,6 +300,16 @@ def test_an_orphan_of_a_sigkilled_owner_is_stopped_by_the_next_launch(tmp_path: 
     assert said[0].startswith(f"stopped orphaned inference server pgid {pgid} (its run worker pid {owner.pid} is gone")
 
 
+def test_a_refused_run_starts_no_server_and_writes_nothing(tmp_path: Path, sandbox: Any) -> None:
+    from shopsimrl_core import TestSplitGuardError
+    from shopsimrl_core.runs import run_evaluation
+
+    config = _config(tmp_path, sandbox, tasks={"split": "test"})
+    with pytest.raises(TestSplitGuardError):
+        run_evaluation(config)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_shopsimrl_run_launches_the_checkpoint_and_sigterm_stops_its_server(tmp_path: Path, sandbox: Any) -> None:
     def write(name: str, weights: str, **experiment: Any) -> Path:
