@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "Conversation": "adapters",
     "TransportError": "adapters",
     "select_transport": "adapters",
+    "bearer_headers": "adapters",
     "EpisodeOutcome": "analysis",
     "LabelTable": "analysis",
     "TraceAudit": "analysis",
@@ -122,6 +123,10 @@ _EXPORTS: dict[str, str] = {
     "OutageError": "runs",
     "PreflightError": "runs",
     "PreflightReport": "runs",
+    "acheck_environment": "runs",
+    "acheck_model": "runs",
+    "check_environment": "runs",
+    "check_model": "runs",
     "apreflight": "runs",
     "preflight": "runs",
     "build_plan": "runs",
@@ -202,6 +207,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.adapters import ReplicatedChatModelClient as ReplicatedChatModelClient
     from shopsimrl_core.adapters import ShopSimulatorClient as ShopSimulatorClient
     from shopsimrl_core.adapters import TransportError as TransportError
+    from shopsimrl_core.adapters import bearer_headers as bearer_headers
     from shopsimrl_core.adapters import select_transport as select_transport
     from shopsimrl_core.analysis import EpisodeOutcome as EpisodeOutcome
     from shopsimrl_core.analysis import LabelTable as LabelTable
@@ -268,9 +274,13 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.runs import TaskSplit as TaskSplit
     from shopsimrl_core.runs import TestAccessLedger as TestAccessLedger
     from shopsimrl_core.runs import TraceLine as TraceLine
+    from shopsimrl_core.runs import acheck_environment as acheck_environment
+    from shopsimrl_core.runs import acheck_model as acheck_model
     from shopsimrl_core.runs import apreflight as apreflight
     from shopsimrl_core.runs import arun_evaluation as arun_evaluation
     from shopsimrl_core.runs import build_plan as build_plan
+    from shopsimrl_core.runs import check_environment as check_environment
+    from shopsimrl_core.runs import check_model as check_model
     from shopsimrl_core.runs import config_from_mapping as config_from_mapping
     from shopsimrl_core.runs import episode_id as episode_id
     from shopsimrl_core.runs import episode_seed as episode_seed

@@ -25,6 +25,10 @@ _EXPORTS: dict[str, str] = {
     "LeaseJournal": "_leases",
     "EnvironmentPool": "_env_pool",
     "OutageError": "_outage",
+    "acheck_environment": "_health",
+    "acheck_model": "_health",
+    "check_environment": "_health",
+    "check_model": "_health",
     "PreflightError": "_preflight",
     "PreflightReport": "_preflight",
     "apreflight": "_preflight",
@@ -65,6 +69,10 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.runs._evaluation_options import RunTerminated as RunTerminated
     from shopsimrl_core.runs._evaluator import arun_evaluation as arun_evaluation
     from shopsimrl_core.runs._evaluator import run_evaluation as run_evaluation
+    from shopsimrl_core.runs._health import acheck_environment as acheck_environment
+    from shopsimrl_core.runs._health import acheck_model as acheck_model
+    from shopsimrl_core.runs._health import check_environment as check_environment
+    from shopsimrl_core.runs._health import check_model as check_model
     from shopsimrl_core.runs._index import RunIndex as RunIndex
     from shopsimrl_core.runs._index import open_run_index as open_run_index
     from shopsimrl_core.runs._jobs import EpisodeJob as EpisodeJob

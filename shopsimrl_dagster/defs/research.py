@@ -23,10 +23,12 @@ from typing import Any
 
 import dagster as dg
 
+import shopsimrl_core as core
+
 from ..settings import AnalystSettings, PipelineSettings
 from .assets import as_failure, suite_asset_key
 from .partitions import checkpoints
-from .resources import EndpointUnavailable, RunStorage, _get_json
+from .resources import RunStorage, unavailable
 
 __all__ = ["AnalystEndpoint", "RoundAssetConfig", "build_research_assets", "build_research_jobs", "training_rounds",
            "RESEARCH_ASSET_KEYS"]
@@ -69,28 +71,29 @@ class AnalystEndpoint(dg.ConfigurableResource):
         Raises:
             EndpointUnavailable: unreachable, non-200, a missing API key, or the model is not served.
         """
-        import os
-
         settings = self.settings()
-        core_model = settings.core()
-        headers = {}
-        if core_model.api_key_env:
-            key = os.environ.get(core_model.api_key_env)
-            if not key:
-                raise EndpointUnavailable(description=f"analyst endpoint {core_model.base_url}: environment variable "
-                                                      f"{core_model.api_key_env} is not set; export it or set "
-                                                      "analyst.api_key_env: null")
-            headers["Authorization"] = f"Bearer {key}"
-        base = core_model.base_url.rstrip("/")
-        body = _get_json(f"{base}/models", timeout=settings.health_timeout_s, headers=headers, what="analyst endpoint",
-                         fix="start it (e.g. `shopsim-sandbox serve --analyst-port 0`) or fix analyst.base_url in the "
-                             "pipeline settings")
-        data = body.get("data") if isinstance(body, dict) else None
-        served = [str(m["id"]) for m in data or [] if isinstance(m, dict) and m.get("id") is not None]
-        if core_model.name not in served:
-            raise EndpointUnavailable(description=f"analyst endpoint {base} does not serve {core_model.name!r} "
-                                                  f"(it serves {served}); fix analyst.name in the pipeline settings")
-        return served
+        model = settings.core()
+        try:
+            return core.check_model(
+                model.base_url,
+                model.name,
+                api_key_env=model.api_key_env,
+                timeout=settings.health_timeout_s,
+                what="analyst endpoint",
+                http_transport=model.http_transport,
+                trust_env=model.trust_env,
+            )
+        except core.PreflightError as exc:
+            fixes = {
+                "api-key-missing": "export it or set analyst.api_key_env: null",
+                "model-unauthorized": "export a valid API key in the variable analyst.api_key_env names",
+                "model-not-served": "fix analyst.name in the pipeline settings",
+            }
+            fix = (
+                "start it (e.g. `shopsim-sandbox serve --analyst-port 0`) or fix analyst.base_url in the pipeline "
+                "settings"
+            )
+            raise unavailable(exc, fixes, fix) from None
 
     def model(self) -> Any:
         """A fresh ``AnalystModel`` for one materialization."""

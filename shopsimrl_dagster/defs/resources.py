@@ -35,6 +35,7 @@ __all__ = [
     "CheckpointRegistry",
     "EvaluationSuites",
     "resources_from_settings",
+    "unavailable",
 ]
 
 
@@ -42,37 +43,20 @@ class EndpointUnavailable(dg.Failure):
     """A health check failed: the endpoint is down, refuses us, or serves something unexpected."""
 
 
-def _get_json(url: str, *, timeout: float, headers: dict[str, str] | None = None, what: str, fix: str) -> Any:
-    # The standard library's client: a health check is two GETs per run, and importing an HTTP
-    # library for them cost every run worker ~0.17 s. No proxies: the endpoints are loopback or
-    # cluster-internal, where a proxy from the environment would only get in the way.
-    import urllib.error
-    import urllib.request
+def unavailable(exc: core.PreflightError, fixes: dict[str, str], default_fix: str) -> EndpointUnavailable:
+    """The ``EndpointUnavailable`` of a failed core health check: its one line, then the fix for its code.
 
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as response:
-            status, body = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read()
-    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, unresolvable, timed out, bad URL
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise EndpointUnavailable(
-            description=f"{what} unreachable at {url} ({type(reason).__name__}: {reason}); {fix}",
-            metadata={"url": url},
-        ) from None
-    if status != 200:
-        text = body.decode("utf-8", errors="replace")[:200]
-        raise EndpointUnavailable(
-            description=f"{what} at {url} answered HTTP {status}: {text!r}; {fix}",
-            metadata={"url": url, "status": status},
-        )
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise EndpointUnavailable(
-            description=f"{what} at {url} did not answer JSON; {fix}", metadata={"url": url}
-        ) from None
+    The core's message names the URL and what it saw; *fixes* maps a code (``model-not-served``, …) to
+    where the pipeline sets what is wrong, *default_fix* covers the rest. The metadata carries the URL,
+    the code, and the HTTP status and served models when known.
+    """
+    metadata: dict[str, Any] = {"url": str(getattr(exc, "url", "")), "code": exc.code}
+    for key in ("status", "served_models"):
+        if key in exc.context:
+            metadata[key] = exc.context[key]
+    if "key" in exc.context:  # environment-incompatible: the version key and what the server reported
+        metadata[exc.context["key"]] = str(exc.context["value"])
+    return EndpointUnavailable(description=f"{exc}; {fixes.get(exc.code, default_fix)}", metadata=metadata)
 
 
 class InferenceEndpoint(dg.ConfigurableResource):
@@ -127,19 +111,6 @@ class InferenceEndpoint(dg.ConfigurableResource):
         if checkpoint.endpoint is not None or self.launches(checkpoint):
             return []
         return list(self.settings().core().base_urls)
-
-    def _headers(self) -> dict[str, str]:
-        name = self.api_key_env
-        if not name:
-            return {}
-        key = dg.EnvVar(name).get_value()
-        if not key:
-            raise EndpointUnavailable(
-                description=f"inference endpoint: environment variable {name} is not set; "
-                f"export it in the shell that runs dagster (or set inference.api_key_env: null for an endpoint "
-                f"without auth)"
-            )
-        return {"Authorization": f"Bearer {key}"}
 
     def base_url_for(self, checkpoint: Checkpoint) -> str:
         """Where *checkpoint* is served: its entry's endpoint, ``launched`` for a launched server, else the default."""
@@ -204,28 +175,29 @@ class InferenceEndpoint(dg.ConfigurableResource):
         """
         if self.launches(checkpoint):
             return {"url": "launched", "models": []}
+        settings = self.settings()
+        model = settings.core()
         base = self.base_url_for(checkpoint)
-        model = self.model_for(checkpoint)
-        fix = "start the server or fix inference.base_url / the checkpoint's endpoint in the registry"
-        body = _get_json(
-            f"{base}/models",
-            timeout=self.settings().health_timeout_s,
-            headers=self._headers(),
-            what="inference endpoint",
-            fix=fix,
-        )
-        served = (
-            [str(item.get("id")) for item in (body.get("data") or []) if isinstance(item, dict)]
-            if isinstance(body, dict)
-            else []
-        )
-        if model not in served:
-            raise EndpointUnavailable(
-                description=f"inference endpoint {base} does not serve model {model!r} (served: "
-                f"{', '.join(served) or 'none'}); "
-                f"fix served_model in the checkpoint's registry entry {checkpoint.checkpoint_id}.json",
-                metadata={"url": base, "served_models": served},
+        try:
+            served = core.check_model(
+                base,
+                self.model_for(checkpoint),
+                api_key_env=model.api_key_env,
+                timeout=settings.health_timeout_s,
+                what="inference endpoint",
+                http_transport=model.http_transport,
+                trust_env=model.trust_env,
             )
+        except core.PreflightError as exc:
+            fixes = {
+                "api-key-missing": "export it in the shell that runs dagster (or set inference.api_key_env: null "
+                "for an endpoint without auth)",
+                "model-unauthorized": "export a valid API key in the variable inference.api_key_env names",
+                "model-not-served": f"fix served_model in the checkpoint's registry entry "
+                f"{checkpoint.checkpoint_id}.json",
+            }
+            fix = "start the server or fix inference.base_url / the checkpoint's endpoint in the registry"
+            raise unavailable(exc, fixes, fix) from None
         return {"url": base, "models": served}
 
 
@@ -253,26 +225,12 @@ class ShopSimulatorEnvironment(dg.ConfigurableResource):
         Raises:
             EndpointUnavailable: unreachable, not ready, or an unknown environment/observation version.
         """
-        base = self.base_url.rstrip("/")
-        fix = "start the server (e.g. `shopsim-sandbox serve`) or fix environment.base_url in the pipeline settings"
-        body = _get_json(f"{base}/healthz", timeout=self.health_timeout_s, what="ShopSimulator", fix=fix)
-        if not isinstance(body, dict) or body.get("ready") is not True:
-            raise EndpointUnavailable(
-                description=f"ShopSimulator at {base} is not ready: {body!r}", metadata={"url": base}
-            )
-        checks = (
-            ("environment_version", core.KNOWN_ENVIRONMENT_VERSIONS),
-            ("observation_version", core.KNOWN_OBSERVATION_VERSIONS),
-        )
-        for key, known in checks:
-            if body.get(key) not in known:
-                raise EndpointUnavailable(
-                    description=f"ShopSimulator at {base} reports {key} {body.get(key)!r}, which this runtime does "
-                    f"not know "
-                    f"(known: {', '.join(sorted(known))}); point environment.base_url at a compatible server",
-                    metadata={"url": base, key: str(body.get(key))},
-                )
-        return body
+        try:
+            return core.check_environment(self.base_url, timeout=self.health_timeout_s, what="ShopSimulator")
+        except core.PreflightError as exc:
+            fixes = {"environment-incompatible": "point environment.base_url at a compatible server"}
+            fix = "start the server (e.g. `shopsim-sandbox serve`) or fix environment.base_url in the pipeline settings"
+            raise unavailable(exc, fixes, fix) from None
 
 
 class RunStorage(dg.ConfigurableResource):

@@ -151,5 +151,5 @@ def test_analyst_endpoint_health_check(analyst):
     from shopsimrl_dagster.defs.resources import EndpointUnavailable
 
     assert "shopsim-analyst" in AnalystEndpoint.of(api_key_env=None, base_url=analyst.url).health_check()
-    with pytest.raises(EndpointUnavailable, match="does not serve 'other'"):
+    with pytest.raises(EndpointUnavailable, match="does not serve model 'other'"):
         AnalystEndpoint.of(api_key_env=None, base_url=analyst.url, name="other").health_check()
