@@ -8,7 +8,6 @@ incomplete rollout never produces headline numbers. The verdicts come from the c
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -110,23 +109,14 @@ def _opt_in_verdict(
     if not isinstance(access, dict) or access.get("opted_in") is not True:
         return False, f"guarded split run whose manifest has no test_access opt-in record ({run_dir / 'manifest.json'})"
     fingerprint = (manifest or {}).get("plan_fingerprint")
-    if ledger_path.exists():
-        with ledger_path.open(encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if (
-                    isinstance(entry, dict)
-                    and Path(str(entry.get("run_dir", ""))).resolve() == run_dir.resolve()
-                    and entry.get("plan_fingerprint") == fingerprint
-                ):
-                    return (
-                        True,
-                        f"opt-in by {access.get('source')} recorded in the manifest and in {ledger_path.name} at "
-                        f"{entry.get('at')}",
-                    )
+    here = run_dir.resolve()
+    for entry in core.TestAccessLedger(ledger_path).entries():
+        if entry.get("plan_fingerprint") == fingerprint and Path(str(entry.get("run_dir", ""))).resolve() == here:
+            return (
+                True,
+                f"opt-in by {access.get('source')} recorded in the manifest and in {ledger_path.name} at "
+                f"{entry.get('at')}",
+            )
     return False, f"guarded split run without an opt-in record for {run_dir} in {ledger_path}"
 
 
