@@ -3,7 +3,8 @@
 One pass over the latest records turns each episode into one flat row; polars does every
 aggregation. The legacy keys keep their exact definitions (pooled ``invalid_action_rate``,
 ``reasoning_tokens`` only when seen, ``generation_length`` episodes scored). Additive keys:
-``counts.duplicate_completed`` / ``counts.unplanned_episodes``, ``primary.success_ci`` (Wilson),
+``counts.duplicate_completed`` / ``counts.unplanned_episodes`` / ``counts.endpoint_faults`` (failed
+attempts of type ``ModelEndpointFault``, every line counted), ``primary.success_ci`` (Wilson),
 ``primary.reward_ci`` (bootstrap), ``reward_components_sem``, ``primary.pass_at_k`` /
 ``primary.pass_hat_k`` (repeats > 1) and ``breakdowns.category``.
 
@@ -55,13 +56,16 @@ def build_summary(
     *,
     planned: set[str] | None = None,
     duplicate_completed: int | None = None,
+    endpoint_faults: int | None = None,
     created_at: str | None = None,
 ) -> dict[str, Any]:
     """Build the v2 summary from the latest record of each episode.
 
     With *planned* (the manifest's episode ids, §22.5) only planned episodes enter counts and
     metrics, ``coverage`` stays within [0, 1] and other ids are counted in
-    ``counts.unplanned_episodes``. Without it, the legacy definitions apply unchanged.
+    ``counts.unplanned_episodes``. Without it, the legacy definitions apply unchanged. The counts
+    that need every line, not only the latest (*duplicate_completed*, *endpoint_faults*), are given
+    by the caller and published when not None.
     """
     import polars as pl
 
@@ -106,7 +110,8 @@ def build_summary(
         columns[f"t::{key}"] = [row["tokens"].get(key) for row in rows]
     frame = pl.DataFrame(columns, schema=schema)
     return _summary_from_frame(frame, component_keys, token_keys, requested, planned=planned is not None,
-                               unplanned=unplanned, duplicate_completed=duplicate_completed, created_at=created_at)
+                               unplanned=unplanned, duplicate_completed=duplicate_completed,
+                               endpoint_faults=endpoint_faults, created_at=created_at)
 
 
 _BASE_COLUMNS = ("episode_id", "task_id", "sample_id", "complete", "error_type", "reward", "r_success", "duration_ms",
@@ -120,6 +125,7 @@ def summary_from_index(
     *,
     planned: Any = None,
     duplicate_completed: int | None = None,
+    endpoint_faults: int | None = None,
     created_at: str | None = None,
 ) -> dict[str, Any]:
     """Build the v2 summary from a :class:`~shopsimrl_core.runs._index.RunIndex` without reading traces.
@@ -130,26 +136,7 @@ def summary_from_index(
     """
     import polars as pl
 
-    episodes = run_index.episodes
-    unplanned = 0
-    if planned is not None:
-        total = episodes.height
-        ids = episodes.get_column("episode_id")
-        presorted = isinstance(planned, pl.Series) and planned.flags["SORTED_ASC"]
-        if presorted and planned.len() == ids.len() and planned.equals(ids):
-            pass  # every planned episode and nothing else: the common case, one linear comparison
-        elif presorted:
-            # Both sides sorted: a binary search per episode instead of hashing two million strings.
-            at = planned.search_sorted(ids).clip(0, max(planned.len() - 1, 0))
-            episodes = episodes.filter(planned.gather(at) == ids) if planned.len() else episodes.head(0)
-        else:
-            wanted = (
-                planned.to_frame("episode_id")
-                if isinstance(planned, pl.Series)
-                else pl.DataFrame({"episode_id": list(planned)}, schema={"episode_id": pl.Utf8})
-            )
-            episodes = episodes.join(wanted, on="episode_id", how="semi", maintain_order="left")
-        unplanned = total - episodes.height
+    episodes, unplanned = _planned_episodes(run_index.episodes, planned)
     dynamic = [c for c in episodes.columns if c.startswith(("c::", "t::"))]
     present = set()
     if dynamic and episodes.height:
@@ -166,9 +153,49 @@ def summary_from_index(
         planned=planned is not None,
         unplanned=unplanned,
         duplicate_completed=duplicate_completed,
+        endpoint_faults=endpoint_faults,
         created_at=created_at,
         presorted=True,
     )
+
+
+def _planned_episodes(episodes: Any, planned: Any) -> tuple[Any, int]:
+    """The rows of planned episodes (all rows when *planned* is None) and how many others there were."""
+    import polars as pl
+
+    unplanned = 0
+    if planned is None:
+        return episodes, unplanned
+    total = episodes.height
+    ids = episodes.get_column("episode_id")
+    presorted = isinstance(planned, pl.Series) and planned.flags["SORTED_ASC"]
+    if presorted and planned.len() == ids.len() and planned.equals(ids):
+        pass  # every planned episode and nothing else: the common case, one linear comparison
+    elif presorted:
+        # Both sides sorted: a binary search per episode instead of hashing two million strings.
+        at = planned.search_sorted(ids).clip(0, max(planned.len() - 1, 0))
+        episodes = episodes.filter(planned.gather(at) == ids) if planned.len() else episodes.head(0)
+    else:
+        wanted = (
+            planned.to_frame("episode_id")
+            if isinstance(planned, pl.Series)
+            else pl.DataFrame({"episode_id": list(planned)}, schema={"episode_id": pl.Utf8})
+        )
+        episodes = episodes.join(wanted, on="episode_id", how="semi", maintain_order="left")
+    unplanned = total - episodes.height
+    return episodes, unplanned
+
+
+def _endpoint_fault_attempts(run_index: Any, planned: Any = None) -> int:
+    """Failed attempts of (planned) episodes whose error type is ``ModelEndpointFault``, over every line.
+
+    The summary's ``counts.endpoint_faults`` (issue 24): a model endpoint that answered 2xx bodies that
+    are no chat completion, attempt after attempt, is a fault of the serving stack, not the checkpoint's.
+    """
+    episodes, _ = _planned_episodes(run_index.episodes, planned)
+    if "endpoint_faults" not in episodes.columns or episodes.height == 0:
+        return 0
+    return int(episodes.get_column("endpoint_faults").sum())
 
 
 def _summary_from_frame(
@@ -181,6 +208,7 @@ def _summary_from_frame(
     unplanned: int,
     duplicate_completed: int | None,
     created_at: str | None,
+    endpoint_faults: int | None = None,
     presorted: bool = False,
 ) -> dict[str, Any]:
     import polars as pl
@@ -207,6 +235,8 @@ def _summary_from_frame(
         "scored": scored.len(),
         "coverage": (completed_n / requested) if requested else 0.0,
     }
+    if endpoint_faults is not None:
+        counts["endpoint_faults"] = endpoint_faults
     if duplicate_completed is not None:
         counts["duplicate_completed"] = duplicate_completed
     if planned:
@@ -611,6 +641,7 @@ def summarize_run(
             requested,
             planned=planned,
             duplicate_completed=index.duplicate_completed,
+            endpoint_faults=_endpoint_fault_attempts(index.run_index, planned),
             created_at=created_at,
         )
         if write:

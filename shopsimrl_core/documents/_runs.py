@@ -143,6 +143,10 @@ class SummaryCounts(Part):
     failed: Int
     scored: Int
     coverage: Number
+    endpoint_faults: Int | None = None
+    """Additive (issue 24): failed attempts of planned episodes whose ``error.type`` is
+    ``ModelEndpointFault`` — the model endpoint answered 2xx bodies that are no chat completion — over
+    every trace line, not only the latest; absent in summaries built without the run index."""
 
 
 class SamplingDesign(Part):

@@ -8,8 +8,8 @@ summary and the viewer's filters use — kept next to the traces in two files:
 - ``traces.index.jsonl``   rows appended by the writer as it appends trace lines (one JSON object
   per trace line, flat keys; ``c::r_*`` reward components, ``t::*`` token counts);
 - ``traces.index.parquet`` a compacted snapshot — the latest row of every episode sorted by id, with
-  ``attempts`` and ``completed_lines`` — written when the appended tail grows past :data:`COMPACT_AT`
-  rows; its metadata holds what the covered lines add up to (``_State``).
+  ``attempts``, ``completed_lines`` and ``endpoint_faults`` — written when the appended tail grows past
+  :data:`COMPACT_AT` rows; its metadata holds what the covered lines add up to (``_State``).
 
 Log rows are keyed by their trace byte offset, so merging is idempotent (a crash between a snapshot
 and the log truncation only leaves rows that are ignored), and opening a compacted index is a single
@@ -62,7 +62,10 @@ INDEX_SNAPSHOT_NAME = "traces.index.parquet"
 COMPACT_AT = 10_000
 """Rows beyond the snapshot after which a persisting open writes a new snapshot."""
 
-_STATS = ("attempts", "completed_lines")
+_STATS = ("attempts", "completed_lines", "endpoint_faults")
+"""Per-episode sums over its lines: counted lines, completed lines, failed attempts whose error type is
+``ModelEndpointFault`` (the summary's ``counts.endpoint_faults``, issue 24)."""
+ENDPOINT_FAULT_TYPE = "ModelEndpointFault"
 
 
 @dataclass
@@ -127,8 +130,11 @@ def _latest(tail: Any) -> Any:
     """Line rows (file order) -> latest row per episode id, sorted by id, with attempt counts."""
     import polars as pl
 
+    fault = (pl.col("status") == "failed") & (pl.col("error_type") == ENDPOINT_FAULT_TYPE)
     counted = tail.filter(pl.col("episode_id").is_not_null()).with_columns(
-        pl.lit(1, dtype=pl.Int64).alias("attempts"), pl.col("complete").cast(pl.Int64).alias("completed_lines")
+        pl.lit(1, dtype=pl.Int64).alias("attempts"),
+        pl.col("complete").cast(pl.Int64).alias("completed_lines"),
+        fault.fill_null(False).cast(pl.Int64).alias("endpoint_faults"),
     )
     return _collapse(counted)
 
@@ -176,8 +182,9 @@ def _merge(base: Any, tail: Any) -> Any:
 class RunIndex:
     """The index of one run directory, as of the moment it was opened.
 
-    ``episodes`` is the latest row of each episode id, sorted by id, with ``attempts`` (counted lines)
-    and ``completed_lines``; a polars frame. ``tail`` holds the line rows written since the last
+    ``episodes`` is the latest row of each episode id, sorted by id, with ``attempts`` (counted lines),
+    ``completed_lines`` and ``endpoint_faults`` (its failed attempts of type ``ModelEndpointFault``); a
+    polars frame. ``tail`` holds the line rows written since the last
     snapshot. Nothing of the traces themselves is held.
     """
 
@@ -288,7 +295,10 @@ def _read_snapshot(run_dir: Path) -> tuple[Any, _State] | None:
         if meta.get("schema_version") != RUN_INDEX_SCHEMA:
             return None
         state = _State.from_json(meta["state"])
-        return pl.read_parquet(path), state
+        frame = pl.read_parquet(path)
+        if any(stat not in frame.columns for stat in _STATS):
+            return None  # written before a per-episode sum existed: rebuilt once from the traces
+        return frame, state
     except FileNotFoundError:
         return None
     except Exception:  # a broken or foreign snapshot is simply rebuilt

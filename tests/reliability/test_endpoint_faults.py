@@ -108,6 +108,9 @@ def test_an_html_endpoint_fails_the_run_and_completes_nothing(tmp_path: Path) ->
         assert not any(step.get("protocol_error") for r in records for step in r.get("steps") or [])
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["counts"]["completed"] == 0 and counts["html"] > 0
+        # the summary counts them apart: every failed attempt is an endpoint fault, none a protocol error
+        assert summary["counts"]["endpoint_faults"] == len(records) > 0
+        assert summary["behavior"]["protocol_errors"] == 0
         assert outstanding_leases(run_dir) == 0 and sandbox.wait_free() == sandbox.slots
 
 
@@ -126,3 +129,9 @@ def test_intermittent_html_answers_are_retried_without_cost(tmp_path: Path) -> N
         invalid_json = [s for r in records for s in r.get("steps") or []
                         if (s.get("protocol_error") or {}).get("code") == "invalid_json_response"]
         assert invalid_json == [] and counts["html"] >= 5, counts
+        # A page is retried within the attempt; with 4 in flight one request can still draw a page on every
+        # try: that attempt fails as an endpoint fault, is rerun, and is counted apart, never as a result.
+        faults = [r for r in records if r["status"] == "failed" and r["error"]["type"] == "ModelEndpointFault"]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["counts"]["endpoint_faults"] == len(faults)
+        assert summary["counts"]["completed"] == 8 and summary["errors"] == {}
