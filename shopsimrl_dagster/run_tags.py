@@ -41,9 +41,11 @@ GPU_POOL_TAG = "shopsimrl/gpu-pool"
 GPU_POOL_VALUE = "launch"
 TRIGGER_TAG = "shopsimrl/trigger"
 
-#: the last key component of every asset that calls the inference endpoint (a test keeps this in
-#: step with the assets that require the ``inference_endpoint`` resource)
-ENDPOINT_ASSET_NAMES = frozenset({"rollout_traces", "skill_candidates", "skill_gate"})
+#: the last key component of every asset that calls a model endpoint: those that require the
+#: ``inference_endpoint`` resource (a test keeps them in step), plus the two gates, whose masked val
+#: rollouts call the endpoint of their experiment config (``skill_gate``: the bare val run's
+#: generated config; ``round_online_gate``: the round's ``experiment_config``)
+ENDPOINT_ASSET_NAMES = frozenset({"rollout_traces", "skill_candidates", "skill_gate", "round_online_gate"})
 
 
 def is_true(value: str | None) -> bool:

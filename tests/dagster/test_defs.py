@@ -111,8 +111,9 @@ def test_the_assets_that_call_the_endpoint_are_the_ones_the_coordinator_tags(loc
         if "inference_endpoint" in assets.required_resource_keys
         for key in assets.keys
     }
-    # skill_gate calls the endpoint through the bare val run's generated config (masked rollouts).
-    assert calling | {"skill_gate"} == set(ENDPOINT_ASSET_NAMES)
+    # The gates call the endpoint of their experiment config in their masked rollouts: skill_gate through the
+    # bare val run's generated config, round_online_gate through the round's experiment_config.
+    assert calling | {"skill_gate", "round_online_gate"} == set(ENDPOINT_ASSET_NAMES)
 
 
 def test_workspace_yaml_validates_with_the_dagster_cli(tmp_path: Path) -> None:
