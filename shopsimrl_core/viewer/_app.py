@@ -3,7 +3,9 @@
 Pages (URLs fixed by the cross-team contract): ``/`` runs; ``/run/<rel>`` a run's summary and its
 filterable episode table (from the run index, never from all traces); ``/run/<rel>/episode/<id>``
 one transcript; ``/run/<rel>/label/<label>`` a failure label's episodes (``labels.parquet``);
-``/compare?a=<rel>&b=<rel>[&task=<id>]``; ``/skillbank?path=<rel>[&run=<rel>]``.
+``/compare?a=<rel>&b=<rel>[&task=<id>]``; ``/skillbank?path=<rel>[&run=<rel>]``. The run page shows
+the summary's intervals with their sampling design, the comparison page the core's paired
+differences with their minimum detectable difference (``_statistics``).
 
 Safety: only run directories under the roots are served (see ``_paths``); every trace text goes
 through Jinja2 autoescape; the CSP allows no script; the Host header must be a loopback name
@@ -26,6 +28,7 @@ from urllib.parse import quote, urlencode
 from shopsimrl_core._hashing import json_list, json_object
 from shopsimrl_core.viewer._data import IndexCache, json_text, labels_of, number_param, page_of, read_json, run_meta
 from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
+from shopsimrl_core.viewer._statistics import ComparisonCache, design_view
 
 __all__ = ["create_app", "create_viewer_app", "serve", "SORT_COLUMNS"]
 
@@ -89,6 +92,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
     viewer_roots = ViewerRoots(roots)
     templates = environment()
     indexes = IndexCache()
+    comparisons = ComparisonCache()
 
     def render(name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
         html = templates.get_template(name).render(**context)
@@ -219,12 +223,14 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             "category": sorted(str(v) for v in episodes.get_column("category").drop_nulls().unique().to_list()),
             "label": label_choices,
         }
+        summary = read_json(run.path / "summary.json")
         return render(
             "run",
             rel=run.rel,
             run_href=_href_run(run.rel),
             meta=run_meta(run),
-            summary=read_json(run.path / "summary.json"),
+            summary=summary,
+            design=design_view(summary),
             f=f,
             choices=choices,
             sorts=SORT_COLUMNS,
@@ -440,8 +446,16 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                 checkpoint_href="/compare?" + urlencode({"a": a.rel, "b": b.rel}),
             )
         cols = ["episode_id", "task_id", "sample_id", "split", "r_success", "reward", "complete"]
-        fa = indexes.get(a.path).episodes.select(cols)
-        fb = indexes.get(b.path).episodes.select(cols)
+        index_a, index_b = indexes.get(a.path), indexes.get(b.path)
+        fa = index_a.episodes.select(cols)
+        fb = index_b.episodes.select(cols)
+        stats = comparisons.get(
+            a,
+            b,
+            a_checkpoint=run_meta(a).get("checkpoint"),
+            b_checkpoint=run_meta(b).get("checkpoint"),
+            episodes=max(index_a.episodes.height, index_b.episodes.height),
+        )
         paired = fa.join(fb, on=["split", "task_id", "sample_id"], how="inner", suffix="_b").with_columns(
             (pl.col("complete") & (pl.col("r_success").fill_null(0.0) >= 1.0)).alias("sa"),
             (pl.col("complete_b") & (pl.col("r_success_b").fill_null(0.0) >= 1.0)).alias("sb"),
@@ -479,6 +493,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             neither=neither,
             counts=counts,
             shown_max=_MAX_FLIPS_SHOWN,
+            stats=stats,
         )
 
     async def skillbank_page(request: Request) -> Response:

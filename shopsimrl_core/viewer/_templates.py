@@ -36,6 +36,9 @@ form.filters label{margin-right:10px;white-space:nowrap}form.filters input[type=
 _MACROS = """
 {% macro num(v, digits=4) -%}{% if v is none %}<span class="muted">–</span>{% elif v is number %}{{ ('%.' ~ digits ~ 'g') | format(v) }}{% else %}{{ v }}{% endif %}{%- endmacro %}
 {% macro pre(v) -%}<pre>{{ v }}</pre>{%- endmacro %}
+{% macro fixed(v, digits=3) -%}{% if v is number %}{{ ('%.' ~ digits ~ 'f') | format(v) }}{% else %}<span class="muted">–</span>{% endif %}{%- endmacro %}
+{% macro signed(v, digits=3) -%}{% if v is number %}{{ ('%+.' ~ digits ~ 'f') | format(v) }}{% else %}<span class="muted">–</span>{% endif %}{%- endmacro %}
+{% macro ci(low, high, digits=3, sign=False) -%}{% if low is number and high is number %}{% set f = '%+.' if sign else '%.' %}[{{ (f ~ digits ~ 'f') | format(low) }}, {{ (f ~ digits ~ 'f') | format(high) }}]{% else %}<span class="muted">–</span>{% endif %}{%- endmacro %}
 """
 
 _RUNS = """{% extends "base" %}{% import "macros" as m %}
@@ -72,6 +75,16 @@ _RUN = """{% extends "base" %}{% import "macros" as m %}
 <td>{{ m.num(summary.counts.coverage, 3) }}</td><td>{{ m.num(summary.primary.reward_mean) }}</td><td>{{ m.num(summary.primary.reward_sem) }}</td>
 <td>{{ m.num(summary.primary.success_rate) }}</td><td>{{ m.num(summary.behavior.steps_mean) }}</td>
 <td>{{ m.num(summary.behavior.protocol_error_rate) }}</td><td>{{ m.num(summary.behavior.invalid_action_rate) }}</td></tr></table>
+{% if design %}<h2>Intervals and sampling design</h2>
+<p id="design">{% if design.clustered %}Sampling unit: <b>task</b> · <span id="design-units">{{ design.tasks }} tasks × {{ design.repeats }}</span> ({{ design.episodes }} episodes): the intervals resample tasks, keeping each task's repeats together · design effect success {{ m.fixed(design.design_effect.success, 2) }}, reward {{ m.fixed(design.design_effect.reward, 2) }}{% if design.reward_sem_cluster is number %} · task-level reward SEM {{ m.num(design.reward_sem_cluster) }}{% endif %}
+{% else %}One episode per task: the <span id="design-units">{{ design.episodes }} episodes</span> are the sampling units.{% endif %}</p>
+<table id="intervals"><tr><th>metric</th><th>estimate</th><th>95% interval</th><th>method</th><th>units</th><th>design effect</th><th>effective n</th></tr>
+{% for r in design.rows %}<tr><td>{{ r.metric }}</td><td>{{ m.fixed(r.estimate) }}</td><td>{{ m.ci(r.low, r.high) }}</td><td><code>{{ r.method or '–' }}</code></td><td>{{ r.units }}</td>
+<td>{{ m.fixed(r.design_effect, 2) }}{% if r.design_effect_used is number and r.design_effect_used != r.design_effect %} (interval uses {{ m.fixed(r.design_effect_used, 2) }}){% endif %}</td><td>{{ m.fixed(r.effective_n, 1) }}</td></tr>{% endfor %}</table>
+{% if design.categories %}<table id="categories"><tr><th>category</th><th>tasks</th><th>episodes</th><th>success rate</th><th>95% interval</th><th>reward mean</th><th>95% interval</th><th>methods</th><th></th></tr>
+{% for c in design.categories %}<tr><td>{{ c.name }}</td><td>{{ c.tasks }}</td><td>{{ c.episodes }}</td><td>{{ m.fixed(c.success) }}</td><td>{{ m.ci(c.success_low, c.success_high) }}</td>
+<td>{{ m.fixed(c.reward) }}</td><td>{{ m.ci(c.reward_low, c.reward_high) }}</td><td class="muted">{{ c.methods }}</td><td>{% if c.small_n %}<span class="tag bad small-n" title="fewer than 10 sampling units: a rough range">small n</span>{% endif %}</td></tr>{% endfor %}</table>{% endif %}
+{% endif %}
 {% if summary.behavior.termination_reasons %}<p>Termination: {% for k, v in summary.behavior.termination_reasons.items() %}<span class="tag">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
 {% if summary.errors %}<p>Errors: {% for k, v in summary.errors.items() %}<span class="tag bad">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
 {% else %}<p class="muted">No summary.json yet.</p>{% endif %}
@@ -165,6 +178,18 @@ _COMPARE = """{% extends "base" %}{% import "macros" as m %}
 <h1>Checkpoint comparison: <code>{{ a.rel }}</code> → <code>{{ b.rel }}</code></h1>
 <table id="headline"><tr><th></th><th>checkpoint</th><th>episodes</th><th>reward mean</th><th>success rate</th></tr>
 {% for side in [a, b] %}<tr><td><a href="{{ side.run_href }}">{{ side.rel }}</a></td><td>{{ side.checkpoint }}</td><td>{{ side.n }}</td><td>{{ m.num(side.reward_mean) }}</td><td>{{ m.num(side.success_rate) }}</td></tr>{% endfor %}</table>
+<h2>Paired difference B − A, per task</h2>
+{% if stats.error %}<p class="bad" id="comparison-error">{{ stats.error }}</p>{% else %}
+<p id="comparison-source">{{ stats.pairs }} paired tasks ({{ stats.paired_episodes }} episodes) · {{ stats.source }}{% if stats.created_at %} · {{ stats.created_at }}{% endif %}{% if stats.power %} · minimum detectable difference (MDE) at {{ m.num(stats.power.power) }} power, α {{ m.num(stats.power.alpha) }} ({{ stats.power.method }}){% endif %}</p>
+{% if stats.differences %}<p class="bad">the two plans differ: {{ stats.differences|join(', ') }}</p>{% endif %}
+{% macro metric_row(r) -%}<tr class="metric"><td>{{ r.metric }}</td><td>{{ m.fixed(r.a_mean) }}</td><td>{{ m.fixed(r.b_mean) }}</td><td class="delta">{{ m.signed(r.delta) }}</td><td>{{ m.ci(r.low, r.high, 3, True) }}</td>
+<td>{{ m.fixed(r.sd_difference) }}</td><td class="mde">{{ m.fixed(r.mde) }}</td>
+<td class="verdict">{% if r.within_noise is none %}<span class="muted">no interval</span>{% elif r.within_noise %}<span class="muted within-noise">within noise</span>{% if r.delta is number and r.mde is number %}: |Δ| {{ m.fixed(r.delta|abs) }} {{ '<' if r.delta|abs < r.mde else '≥' }} MDE {{ m.fixed(r.mde) }}{% endif %}{% else %}<b class="detected">detected</b>: the interval excludes 0{% endif %}</td>
+<td>{% if r.between_task is number or r.within_task is number %}{{ m.num(r.between_task) }} / {{ m.num(r.within_task) }} ({{ m.num(r.repeats) }} repeats){% else %}<span class="muted">–</span>{% endif %}</td></tr>{%- endmacro %}
+{% set header %}<tr><th>metric</th><th>A</th><th>B</th><th>Δ (B − A)</th><th>95% interval</th><th>SD of Δ</th><th>MDE</th><th>verdict</th><th>variance between / within task</th></tr>{% endset %}
+<table id="paired-metrics">{{ header }}{% for r in stats.metrics if r.headline %}{{ metric_row(r) }}{% endfor %}</table>
+{% if stats.metrics|rejectattr('headline')|list %}<details><summary>all metrics</summary><table id="all-metrics">{{ header }}{% for r in stats.metrics if not r.headline %}{{ metric_row(r) }}{% endfor %}</table></details>{% endif %}
+{% endif %}
 <p>{{ paired }} paired episodes · gained {{ counts.gained }} · lost {{ counts.lost }} · both success {{ both }} · both failure {{ neither }}{% if counts.gained > shown_max or counts.lost > shown_max %} (first {{ shown_max }} of each listed){% endif %}</p>
 {% for title, items, ident in [('Gained (failure in A, success in B)', gained, 'gained'), ('Lost (success in A, failure in B)', lost, 'lost')] %}
 <h2>{{ title }}</h2><table id="{{ ident }}"><tr><th>task</th><th>sample</th><th>A</th><th>B</th><th>side by side</th></tr>

@@ -1,0 +1,247 @@
+"""What the viewer shows of the core's statistics (docs/statistics.md): intervals, design, power.
+
+Nothing here computes a statistic. The run page reads ``summary.json`` (``primary`` with its
+intervals and ``sampling_design``, ``breakdowns.category``); the checkpoint comparison page reads
+the core's comparison document of the two runs when one is stored next to run B (what the Dagster
+``checkpoint_comparison`` asset or ``shopsimrl compare --output`` wrote), and otherwise asks the
+core's ``compare_runs`` for it, in memory (the viewer writes nothing), for runs of a bounded size.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from shopsimrl_core._hashing import json_object
+from shopsimrl_core.viewer._paths import RunRef
+
+__all__ = ["design_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
+
+LIVE_COMPARISON_MAX_EPISODES = 20_000
+"""Runs larger than this are compared only through a stored comparison document (a page stays fast)."""
+_MAX_STORED = 50  # comparison documents looked at in run B's directory
+
+
+def _num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _repeats(design: dict[str, Any]) -> str | None:
+    low, high = design.get("repeats_min"), design.get("repeats_max")
+    if not isinstance(low, int) or not isinstance(high, int):
+        return None
+    return str(low) if low == high else f"{low}–{high}"
+
+
+def design_view(summary: Any) -> dict[str, Any] | None:
+    """The run page's intervals and sampling design, from a ``summary.json`` value (None without one).
+
+    ``clustered`` runs (``primary.sampling_design`` present: some task has several episodes) show
+    tasks × repeats, each interval's method and the design effects; one-repeat runs show their
+    episodes as the sampling units. ``categories`` are the breakdown's rows with their intervals,
+    tasks and ``small_n`` flag.
+    """
+    if not isinstance(summary, dict):
+        return None
+    primary = json_object(summary.get("primary"))
+    counts = json_object(summary.get("counts"))
+    design = json_object(primary.get("sampling_design"))
+    effects = json_object(design.get("design_effect"))
+    repeats = _repeats(design)
+    rows = []
+    for label, value_key, ci_key, metric in (
+        ("success rate", "success_rate", "success_ci", "success"),
+        ("reward mean", "reward_mean", "reward_ci", "reward"),
+    ):
+        ci = json_object(primary.get(ci_key))
+        if design:
+            units = f"{ci.get('tasks', design.get('tasks'))} tasks × {repeats or '?'}"
+        elif _num(ci.get("n")):
+            units = f"{ci['n']} episodes"
+        else:
+            units = f"{counts.get('completed', '?')} episodes"
+        rows.append(
+            {
+                "metric": label,
+                "estimate": primary.get(value_key),
+                "low": ci.get("low"),
+                "high": ci.get("high"),
+                "method": ci.get("method"),
+                "level": ci.get("confidence_level"),
+                "units": units,
+                "design_effect": effects.get(metric) if design else None,
+                "design_effect_used": ci.get("design_effect"),
+                "effective_n": ci.get("effective_n"),
+            }
+        )
+    categories = []
+    for name, row in sorted(json_object(json_object(summary.get("breakdowns")).get("category")).items()):
+        row = json_object(row)
+        success_ci, reward_ci = json_object(row.get("success_ci")), json_object(row.get("reward_ci"))
+        categories.append(
+            {
+                "name": name,
+                "tasks": row.get("tasks"),
+                "episodes": row.get("episodes"),
+                "success": row.get("success_rate"),
+                "success_low": success_ci.get("low"),
+                "success_high": success_ci.get("high"),
+                "reward": row.get("reward_mean"),
+                "reward_low": reward_ci.get("low"),
+                "reward_high": reward_ci.get("high"),
+                "small_n": row.get("small_n") is True,
+                "methods": " / ".join(str(m) for m in (success_ci.get("method"), reward_ci.get("method")) if m),
+            }
+        )
+    return {
+        "clustered": bool(design),
+        "tasks": design.get("tasks"),
+        "episodes": design.get("episodes", counts.get("completed")),
+        "repeats": repeats,
+        "design_effect": effects,
+        "reward_sem_cluster": design.get("reward_sem"),
+        "rows": rows,
+        "categories": categories,
+    }
+
+
+def _metric_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comparison's metrics, ``reward`` and ``r_success`` first, each with its power fields."""
+    metrics = json_object(json_object(doc.get("paired")).get("metrics"))
+    order = [m for m in ("reward", "r_success") if m in metrics] + sorted(
+        m for m in metrics if m not in ("reward", "r_success")
+    )
+    rows = []
+    for name in order:
+        values = json_object(metrics[name])
+        ci = values.get("confidence_interval")
+        components = json_object(values.get("variance_components"))
+        rows.append(
+            {
+                "metric": name,
+                "a_mean": values.get("a_mean"),
+                "b_mean": values.get("b_mean"),
+                "delta": values.get("mean_difference"),
+                "low": ci[0] if isinstance(ci, list) and len(ci) == 2 else None,
+                "high": ci[1] if isinstance(ci, list) and len(ci) == 2 else None,
+                "sd_difference": values.get("sd_difference"),
+                "mde": values.get("minimum_detectable_difference"),
+                "within_noise": values.get("within_noise"),
+                "between_task": components.get("between_task"),
+                "within_task": components.get("within_task"),
+                "repeats": components.get("repeats"),
+                "headline": name in ("reward", "r_success"),
+            }
+        )
+    return rows
+
+
+def _view(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    paired = json_object(doc.get("paired"))
+    alignment = json_object(doc.get("alignment"))
+    return {
+        "source": source,
+        "created_at": doc.get("created_at"),
+        "pairs": paired.get("pairs"),
+        "paired_episodes": alignment.get("paired_episodes"),
+        "differences": [str(d) for d in alignment.get("differences") or []],
+        "power": json_object(paired.get("power")),
+        "bootstrap": json_object(paired.get("bootstrap")),
+        "metrics": _metric_rows(doc),
+        "error": None,
+    }
+
+
+def _same(stored: Any, path: Path) -> bool:
+    try:
+        return isinstance(stored, str) and Path(stored).resolve() == path.resolve()
+    except OSError:
+        return False
+
+
+def _stored(a: RunRef, b: RunRef, a_checkpoint: Any, b_checkpoint: Any) -> tuple[dict[str, Any], Path] | None:
+    """A comparison document of exactly A → B in run B's directory, with the file it came from.
+
+    Its recorded run paths are these two runs, or (a folder moved since) its checkpoints are theirs
+    and its name is ``comparison_vs_<A>.json``.
+    """
+    from shopsimrl_core.documents import CheckpointComparison, DocumentError
+    from shopsimrl_core.viewer._data import read_json
+
+    fallback = None
+    for path in sorted(b.path.glob("comparison*.json"))[:_MAX_STORED]:
+        raw = read_json(path)
+        if not isinstance(raw, dict):
+            continue
+        try:
+            doc = CheckpointComparison.parse(raw, str(path)).to_json()
+        except DocumentError:
+            continue
+        runs, models = json_object(doc.get("runs")), json_object(doc.get("models"))
+        if _same(runs.get("a"), a.path) and _same(runs.get("b"), b.path):
+            return doc, path
+        if (
+            path.name == f"comparison_vs_{a_checkpoint}.json"
+            and json_object(models.get("a")).get("checkpoint_id") == a_checkpoint
+            and json_object(models.get("b")).get("checkpoint_id") == b_checkpoint
+        ):
+            fallback = (doc, path)
+    return fallback
+
+
+class ComparisonCache:
+    """The paired statistics of run pairs, from a stored document or computed once per state of both runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[tuple[Path, Path], tuple[Any, dict[str, Any]]] = {}
+
+    def get(self, a: RunRef, b: RunRef, *, a_checkpoint: Any, b_checkpoint: Any, episodes: int) -> dict[str, Any]:
+        """The comparison view of A → B (``error`` set, and nothing else, when there is none to show).
+
+        *episodes* is the larger of the two runs' episode counts: above
+        ``LIVE_COMPARISON_MAX_EPISODES`` only a stored document is shown.
+        """
+        stored = _stored(a, b, a_checkpoint, b_checkpoint)
+        if stored is not None:
+            doc, path = stored
+            return _view(doc, f"{b.rel}/{path.name}")
+        if episodes > LIVE_COMPARISON_MAX_EPISODES:
+            return {
+                "error": f"no comparison document of these runs in {b.rel}, and they are too large "
+                f"({episodes} episodes) to compare for a page; write one with: shopsimrl compare "
+                f"<runs>/{a.rel} <runs>/{b.rel} --output <runs>/{b.rel}/comparison_vs_{a_checkpoint}.json"
+            }
+        key = (a.path, b.path)
+        state = tuple(_stamp(p / "traces.jsonl") for p in (a.path, b.path))
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and hit[0] == state:
+                return hit[1]
+        view = _computed(a, b)
+        with self._lock:
+            self._items[key] = (state, view)
+        return view
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _computed(a: RunRef, b: RunRef) -> dict[str, Any]:
+    """``compare_runs`` of the two runs with the core's defaults (those of ``shopsimrl compare``), in memory."""
+    from shopsimrl_core._errors import ShopSimRLError
+    from shopsimrl_core.analysis._comparison import compare_runs
+
+    try:
+        doc = compare_runs(a.path, b.path)
+    except ShopSimRLError as exc:
+        return {"error": f"no paired statistics: {exc.one_line()}"}
+    view = _view(doc, "computed for this page (shopsimrl compare defaults; not stored)")
+    view["created_at"] = None  # now: not worth a timestamp
+    return view
