@@ -42,6 +42,7 @@ from shopsimrl_core import (
     snapshot_skillbank,
     write_draft,
 )
+from shopsimrl_core.documents import ChunkContributions
 
 from ..settings import PipelineSettings
 from .assets import ROLLOUT_RETRY_POLICY, as_failure, suite_asset_key
@@ -50,7 +51,16 @@ from .jobs import partition_config
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage
 
-__all__ = ["build_skill_assets", "build_skills_job", "SkillBuildingConfig", "GateSettings", "SKILL_ASSET_KEYS"]
+__all__ = [
+    "build_skill_assets",
+    "build_skills_job",
+    "SkillBuildingConfig",
+    "GateSettings",
+    "SKILL_ASSET_KEYS",
+    "gate_chunk_table",
+    "snapshot_skill_table",
+    "noise_metadata",
+]
 
 _GROUP = "skills"
 SKILL_ASSET_KEYS = tuple(
@@ -89,6 +99,166 @@ def _text(value: Any, limit: int = 600) -> str:
     # Skill text is model-derived and untrusted: the UI renders table cells as plain text; cap the length.
     text = str(value or "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _noise_text(within_noise: Any) -> str:
+    return "within noise" if within_noise is True else "above noise bar" if within_noise is False else "–"
+
+
+def _interval(ci: Any) -> str:
+    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–"
+
+
+def _p(value: Any) -> Any:
+    return None if value is None else round(float(value), 4)
+
+
+def gate_chunk_table(
+    contributions: dict[str, Any], chunks: dict[str, dict[str, Any]]
+) -> tuple[list[dg.TableRecord], dg.TableSchema]:
+    """Gate A's chunks as table rows: the core's β with its interval, the noise bar and verdict per chunk.
+
+    *contributions* is the gate's ``contributions.json`` (``shopsimrl-chunk-contributions-v2``),
+    *chunks* the draft's chunks by id (for the label and the text). ``noise`` reads ``within noise``
+    where the core marks ``|β| ≤ noise bar`` (docs/statistics.md), ``adjusted_p`` is the core's max-T
+    sign-flip p-value; both ``–`` when the gate ran without a noise bar.
+    """
+    bar = (contributions["estimates"]["reward"].get("noise_bar") or {}).get("noise_bar")
+    rows = []
+    for c in contributions["contributions"]:
+        aux = c["auxiliary_coefficients"]
+        chunk = chunks.get(c["chunk_id"], {})
+        rows.append(
+            dg.TableRecord(
+                {
+                    "chunk": c["chunk_id"],
+                    "label": str(chunk.get("source_label")),
+                    "status": str(c["status"]),
+                    "rank": c["rank"],
+                    "text": _text(chunk.get("content")),
+                    "beta_reward": round(float(c["coefficient"]), 4),
+                    "interval_95": _interval(c.get("confidence_interval")),
+                    "noise_bar": _p(bar),
+                    "noise": _noise_text(c.get("within_noise")),
+                    "adjusted_p": _p(c.get("adjusted_p_value")),
+                    "beta_r_strict": round(float(aux.get("r_strict", 0.0)), 4),
+                    "beta_r_success": round(float(aux.get("r_success", 0.0)), 4),
+                }
+            )
+        )
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("chunk", "string"),
+            dg.TableColumn("label", "string"),
+            dg.TableColumn("status", "string"),
+            dg.TableColumn("rank", "int"),
+            dg.TableColumn("text", "string", description="the skill text"),
+            dg.TableColumn("beta_reward", "float"),
+            dg.TableColumn("interval_95", "string", description="task-bootstrap 95% interval of beta_reward"),
+            dg.TableColumn("noise_bar", "float", description="largest |beta| no effect produces (sign-flip, 95%)"),
+            dg.TableColumn("noise", "string", description="within noise: |beta_reward| <= noise_bar"),
+            dg.TableColumn("adjusted_p", "float", description="max-T sign-flip p-value (family-wise)"),
+            dg.TableColumn("beta_r_strict", "float"),
+            dg.TableColumn("beta_r_success", "float"),
+        ]
+    )
+    return rows, schema
+
+
+def snapshot_skill_table(
+    skills: list[dict[str, Any]], contributions: dict[str, Any] | None
+) -> tuple[list[dg.TableRecord], dg.TableSchema]:
+    """The frozen bank's skills as table rows, each with its Gate A chunk's noise verdict when known.
+
+    β, interval and rank come from the skill's metadata (what the bank records); ``noise``,
+    ``noise_bar`` and ``adjusted_p`` from the gate's *contributions* that selected it (``–`` without).
+    """
+    by_chunk = {c["chunk_id"]: c for c in (contributions or {}).get("contributions", [])}
+    bar = (((contributions or {}).get("estimates") or {}).get("reward", {}).get("noise_bar") or {}).get("noise_bar")
+    rows = []
+    for skill in skills:
+        meta = skill.get("metadata") or {}
+        chunk = by_chunk.get(skill["skill_id"], {})
+        rows.append(
+            dg.TableRecord(
+                {
+                    "skill": skill["skill_id"],
+                    "text": _text(skill.get("content")),
+                    "beta_reward": round(float(meta.get("estimated_effect", 0.0)), 4),
+                    "interval_95": _interval(meta.get("confidence_interval")),
+                    "noise_bar": _p(bar) if chunk else None,
+                    "noise": _noise_text(chunk.get("within_noise")),
+                    "adjusted_p": _p(chunk.get("adjusted_p_value")),
+                    "rank": meta.get("contribution_rank"),
+                }
+            )
+        )
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("skill", "string"),
+            dg.TableColumn("text", "string", description="the skill text"),
+            dg.TableColumn("beta_reward", "float"),
+            dg.TableColumn("interval_95", "string"),
+            dg.TableColumn("noise_bar", "float", description="largest |beta| no effect produces (sign-flip, 95%)"),
+            dg.TableColumn("noise", "string", description="within noise: |beta_reward| <= noise_bar"),
+            dg.TableColumn("adjusted_p", "float", description="max-T sign-flip p-value (family-wise)"),
+            dg.TableColumn("rank", "int"),
+        ]
+    )
+    return rows, schema
+
+
+def noise_metadata(contributions: dict[str, Any], *, selected_only: bool = False) -> dict[str, Any]:
+    """Gate A's selection rule and noise bar as metadata entries, and how many chunks are within noise.
+
+    ``selection_rule`` is the core's ``estimator.selection_rule``; ``noise_bar`` (and its median,
+    ``noise_bar_median_max_abs``) the sign-flip bar of ``estimates.reward``. With *selected_only*
+    (the snapshot) the count is over the selected chunks (``skills_within_noise``), otherwise over
+    all chunks (``chunks_within_noise``) and the selected ones (``selected_within_noise``);
+    ``noise_note`` says it in one sentence.
+    """
+    bar = contributions["estimates"]["reward"].get("noise_bar")
+    rows = contributions["contributions"]
+    selected = [c for c in rows if c["status"] == "selected"]
+    out: dict[str, Any] = {"selection_rule": str(contributions["estimator"].get("selection_rule"))}
+    if not bar:
+        out["noise_note"] = "no noise bar: the gate ran without sign-flip samples"
+        return out
+    noisy_selected = sum(c.get("within_noise") is True for c in selected)
+    out.update(
+        {
+            "noise_bar": float(bar["noise_bar"]),
+            "noise_bar_median_max_abs": float(bar["median_max_abs"]),
+            "noise_bar_method": dg.MetadataValue.json(bar),
+        }
+    )
+    if selected_only:
+        out["skills_within_noise"] = noisy_selected
+    else:
+        out["chunks_within_noise"] = sum(c.get("within_noise") is True for c in rows)
+        out["selected_within_noise"] = noisy_selected
+    out["noise_note"] = (
+        f"{noisy_selected} of {len(selected)} selected chunks within noise (|beta| <= noise bar "
+        f"{bar['noise_bar']:.4f}): indistinguishable from what no effect produces"
+        if noisy_selected
+        else f"no selected chunk within noise (noise bar {bar['noise_bar']:.4f})"
+    )
+    return out
+
+
+def _gate_contributions(gate_dir: Any, bank: dict[str, Any], context: Any) -> dict[str, Any] | None:
+    """The Gate A contributions that selected *bank* (same assignment), or None with a log line."""
+    path = gate_dir / "contributions.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        doc = ChunkContributions.parse(data, str(path)).to_json()
+    except (OSError, json.JSONDecodeError, core.ShopSimRLError) as exc:
+        context.log.warning(f"skillbank_snapshot: no noise verdicts ({path}: {exc}); the table shows β only")
+        return None
+    if doc.get("assignment_sha256") != (bank.get("metadata") or {}).get("assignment_sha256"):
+        context.log.warning(f"skillbank_snapshot: {path} is of another gate run; the table shows β only")
+        return None
+    return doc
 
 
 def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
@@ -336,7 +506,8 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
         group=_GROUP,
         kinds={"python", "json"},
         description=f"Gate A: masked {val_suite!r} rollouts paired with the bare {val_suite!r} run; OLS per component "
-        "with task-bootstrap intervals; strictly positive chunks up to the budget are selected.",
+        "with task-bootstrap intervals and a sign-flip noise bar; chunks are selected by the gate's selection rule "
+        "(default: strictly positive, up to the budget), and the table marks those within noise.",
         checks=[
             (
                 GATE_PAIRED,
@@ -410,47 +581,17 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
             )
             return
         contrib = result.contributions
+        if contrib is None:  # a complete gate always wrote its contributions; say so rather than guess
+            raise dg.Failure(description=f"Gate A reported complete without contributions in {out_dir}")
         est = contrib["estimates"]
         chunks = {c["chunk_id"]: c for c in json.loads(draft_path.read_text(encoding="utf-8"))["chunks"]}
-        rows = []
-        for c in contrib["contributions"]:
-            ci = c.get("confidence_interval")
-            aux = c["auxiliary_coefficients"]
-            chunk = chunks.get(c["chunk_id"], {})
-            rows.append(
-                dg.TableRecord(
-                    {
-                        "chunk": c["chunk_id"],
-                        "label": str(chunk.get("source_label")),
-                        "status": str(c["status"]),
-                        "rank": c["rank"],
-                        "text": _text(chunk.get("content")),
-                        "beta_reward": round(float(c["coefficient"]), 4),
-                        "interval_95": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
-                        "beta_r_strict": round(float(aux.get("r_strict", 0.0)), 4),
-                        "beta_r_success": round(float(aux.get("r_success", 0.0)), 4),
-                    }
-                )
-            )
-        schema = dg.TableSchema(
-            columns=[
-                dg.TableColumn("chunk", "string"),
-                dg.TableColumn("label", "string"),
-                dg.TableColumn("status", "string"),
-                dg.TableColumn("rank", "int"),
-                dg.TableColumn("text", "string", description="the skill text"),
-                dg.TableColumn("beta_reward", "float"),
-                dg.TableColumn("interval_95", "string"),
-                dg.TableColumn("beta_r_strict", "float"),
-                dg.TableColumn("beta_r_success", "float"),
-            ]
-        )
         metadata.update(
             {
                 "observations": contrib["observations"],
                 "selected_count": contrib["selected_count"],
                 "selected_chunk_ids": dg.MetadataValue.json(contrib["selected_chunk_ids"]),
-                "chunks": dg.MetadataValue.table(rows, schema=schema),
+                "chunks": dg.MetadataValue.table(*gate_chunk_table(contrib, chunks)),
+                **noise_metadata(contrib),
                 "delta_reward_mean": float(est["reward"]["delta_mean"]),
                 "masked_reward_mean": float(est["reward"]["masked_mean"]),
                 "bare_reward_mean": float(est["reward"]["bare_mean"]),
@@ -518,30 +659,8 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
                 "skill_ids": snap.skill_ids,
             },
         )
-        rows = []
-        for s in reloaded["skills"]:
-            meta = s.get("metadata") or {}
-            ci = meta.get("confidence_interval")
-            rows.append(
-                dg.TableRecord(
-                    {
-                        "skill": s["skill_id"],
-                        "text": _text(s.get("content")),
-                        "beta_reward": round(float(meta.get("estimated_effect", 0.0)), 4),
-                        "interval_95": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
-                        "rank": meta.get("contribution_rank"),
-                    }
-                )
-            )
-        schema = dg.TableSchema(
-            columns=[
-                dg.TableColumn("skill", "string"),
-                dg.TableColumn("text", "string", description="the skill text"),
-                dg.TableColumn("beta_reward", "float"),
-                dg.TableColumn("interval_95", "string"),
-                dg.TableColumn("rank", "int"),
-            ]
-        )
+        contributions = _gate_contributions(run_storage.gate_dir(checkpoint_id), reloaded, context)
+        rows, schema = snapshot_skill_table(reloaded["skills"], contributions)
         rel = (
             snap.path.relative_to(run_storage.root_path)
             if snap.path.is_relative_to(run_storage.root_path)
@@ -557,6 +676,7 @@ def build_skill_assets(settings: PipelineSettings) -> list[dg.AssetsDefinition]:
                 "bank_version": snap.bank_version,
                 "skills": len(snap.skill_ids),
                 "selected_skills": dg.MetadataValue.table(rows, schema=schema),
+                **(noise_metadata(contributions, selected_only=True) if contributions else {}),
                 "reused_existing_file": snap.reused,
                 "pointer": dg.MetadataValue.path(str(pointer)),
                 "inject_with": f"skills.path: {snap.path}",

@@ -93,8 +93,18 @@ def test_skills_lineage_in_process(pipeline, tmp_path):
     gate = _meta(result, "skill_gate")
     assert gate["status"] == "complete" and gate["observations"] == 60
     assert all(r.data["text"] for r in gate["chunks"].records)
+    # The gate's noise bar and per-chunk verdicts are the contributions document's (issue 23).
+    contributions = json.loads((tmp_path / "runs" / "gate-a" / "ckpt-a" / "contributions.json").read_text())
+    assert gate["noise_bar"] == contributions["estimates"]["reward"]["noise_bar"]["noise_bar"]
+    assert gate["selection_rule"] == contributions["estimator"]["selection_rule"] == "strictly_positive_top_k"
+    assert {r.data["chunk"]: r.data["noise"] == "within noise" for r in gate["chunks"].records} == {
+        c["chunk_id"]: c["within_noise"] for c in contributions["contributions"]
+    }
     snap = _meta(result, "skillbank_snapshot")
     snap_path = Path(snap["path"])
+    noisy = {c["chunk_id"] for c in contributions["contributions"] if c["status"] == "selected" and c["within_noise"]}
+    assert snap["skills_within_noise"] == len(noisy)
+    assert {r.data["skill"] for r in snap["selected_skills"].records if r.data["noise"] == "within noise"} == noisy
     assert snap_path.name == f"skillbank-{snap['bank_sha256']}.json" and snap_path.is_file()
 
     # Inject the snapshot into a new run: its provenance records the bank hash.
@@ -189,3 +199,81 @@ def test_gate_skips_a_sampled_val_suite(tmp_path, sandbox, capfd):
     log = capfd.readouterr().err
     assert "Gate A needs the bare 'val' run on the full val split" in log
     assert "tasks.sample_size is 4" in log and "suites.val.sample_size: null" in log
+
+
+def test_gate_and_snapshot_tables_mark_chunks_within_noise(tmp_path):
+    """Issue 23: a noise-level chunk that the published rule selects is marked in both tables, with the
+    gate's own noise bar, adjusted p-value and selection rule (a real Gate A over the testkit runner)."""
+    from types import SimpleNamespace
+
+    from testkit.gatekit import EffectRunner, gate_setup
+
+    from shopsimrl_core import GateAConfig, run_gate_a
+    from shopsimrl_dagster.defs.resources import RunStorage
+    from shopsimrl_dagster.defs.skills import gate_chunk_table, noise_metadata
+
+    offline = SimpleNamespace(split_file=REPO_ROOT / "configs" / "sandbox" / "persona_splits.sandbox.json",
+                              env_url="http://127.0.0.1:9", policy_url="http://127.0.0.1:9/v1", served_model="m")
+    settings = _settings(tmp_path, offline)
+    (tmp_path / "inputs").mkdir()
+    bare_cfg, bare_run, draft_path = gate_setup(tmp_path / "inputs")
+    # +0.3 clears the bar; +0.05 is selected by the published rule (β > 0) though within noise.
+    runner = EffectRunner({"chunk-000000000000": 0.3, "chunk-000000000001": -0.2, "chunk-000000000002": 0.05})
+    gate_dir = RunStorage(root=str(settings.runs_root)).gate_dir("ckpt-a")
+    result = run_gate_a(
+        GateAConfig(output_dir=gate_dir, experiment_config=bare_cfg, bare_run_dir=bare_run, draft_path=draft_path,
+                    bootstrap_samples=50),
+        runner=runner,
+    )
+    doc = json.loads((gate_dir / "contributions.json").read_text(encoding="utf-8"))
+    assert doc == json.loads(json.dumps(result.contributions))
+    bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
+    by_id = {c["chunk_id"]: c for c in doc["contributions"]}
+    noisy = "chunk-000000000002"
+    assert by_id[noisy]["status"] == "selected" and by_id[noisy]["within_noise"] is True
+
+    chunks = {c["chunk_id"]: c for c in json.loads(draft_path.read_text(encoding="utf-8"))["chunks"]}
+    rows, schema = gate_chunk_table(doc, chunks)
+    assert [c.name for c in schema.columns][5:10] == ["beta_reward", "interval_95", "noise_bar", "noise", "adjusted_p"]
+    for row in rows:
+        core_row = by_id[row.data["chunk"]]
+        assert row.data["beta_reward"] == round(core_row["coefficient"], 4)
+        assert row.data["noise_bar"] == round(bar, 4)
+        assert row.data["adjusted_p"] == round(core_row["adjusted_p_value"], 4)
+        assert row.data["noise"] == ("within noise" if core_row["within_noise"] else "above noise bar")
+        low, high = core_row["confidence_interval"]
+        assert row.data["interval_95"] == f"[{low:+.4f}, {high:+.4f}]"
+    gate_meta = noise_metadata(doc)
+    assert gate_meta["selection_rule"] == doc["estimator"]["selection_rule"] == "strictly_positive_top_k"
+    assert gate_meta["noise_bar"] == bar
+    assert gate_meta["noise_bar_median_max_abs"] == doc["estimates"]["reward"]["noise_bar"]["median_max_abs"]
+    assert gate_meta["chunks_within_noise"] == sum(c["within_noise"] for c in doc["contributions"]) >= 2
+    assert gate_meta["selected_within_noise"] == 1
+    assert gate_meta["noise_note"].startswith("1 of 2 selected chunks within noise")
+
+    # The snapshot asset, materialized by the location's job, marks the same chunk.
+    register_checkpoint(settings.checkpoint_registry, Checkpoint(checkpoint_id="ckpt-a", step=10))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", ["ckpt-a"])
+        snap_result = _job(build_definitions(settings), instance, "build_skills",
+                           asset_selection=[dg.AssetKey("skillbank_snapshot")])
+    snap = _meta(snap_result, "skillbank_snapshot")
+    skills = {r.data["skill"]: r.data for r in snap["selected_skills"].records}
+    assert set(skills) == {"chunk-000000000000", noisy}
+    assert skills[noisy]["noise"] == "within noise" and skills["chunk-000000000000"]["noise"] == "above noise bar"
+    assert skills[noisy]["adjusted_p"] == round(by_id[noisy]["adjusted_p_value"], 4)
+    assert snap["skills_within_noise"] == 1 and snap["noise_bar"] == bar
+    assert snap["selection_rule"] == "strictly_positive_top_k"
+
+    # The controlling rule: the same chunk is not selected, and the table says why.
+    strict = run_gate_a(
+        GateAConfig(output_dir=tmp_path / "above", experiment_config=bare_cfg, bare_run_dir=bare_run,
+                    draft_path=draft_path, bootstrap_samples=50, selection_rule="above_noise"),
+        runner=runner,
+    )
+    assert strict.contributions is not None
+    rows, _ = gate_chunk_table(strict.contributions, chunks)
+    status = {r.data["chunk"]: (r.data["status"], r.data["noise"]) for r in rows}
+    assert status[noisy] == ("within_noise", "within noise")
+    assert noise_metadata(strict.contributions)["selection_rule"] == "above_noise_bar_top_k"
+    assert noise_metadata(strict.contributions)["noise_note"].startswith("no selected chunk within noise")
