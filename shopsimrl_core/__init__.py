@@ -15,7 +15,8 @@ and from a notebook. The layers are subpackages, lowest first:
 
 Cross-cutting pieces stay at the top: ``_errors`` (the exception tree), ``_versions`` (schema
 strings) and ``_hashing`` (canonical JSON, fingerprints, atomic writes). Every public name is
-re-exported here and resolved lazily, so ``import shopsimrl_core`` stays cheap.
+re-exported here and resolved lazily, so ``import shopsimrl_core`` stays cheap; the same names are
+imported under ``TYPE_CHECKING`` so that type checkers see their real types (``_lazy.py``).
 """
 
 from __future__ import annotations
