@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import ShopSimRLError
+from shopsimrl_core.adapters._auth import bearer_headers
 from shopsimrl_core.runs._config import EvalConfig
 from shopsimrl_core.runs._evaluation_options import RunTerminated
 from shopsimrl_core.serving._devices import acquire_devices
@@ -122,12 +123,6 @@ def _terminate_raises() -> Iterator[None]:
     finally:
         if signal.getsignal(signal.SIGTERM) is on_term:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _api_headers(config: EvalConfig) -> dict[str, str]:
-    name = config.model.api_key_env
-    key = os.environ.get(name) if name else None
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 @contextmanager
@@ -238,7 +233,7 @@ def _wait_ready(process: Any, base_url: str, config: EvalConfig, started: float)
     """None once the server is ready; else why it never got there (exited, or timed out)."""
     serve = config.serve
     assert serve is not None
-    headers = _api_headers(config)
+    headers = bearer_headers(config.model.api_key_env, required=False)
     deadline = started + serve.start_timeout
     why = "not started"
     while True:
