@@ -22,6 +22,7 @@ three more rules close or expose the windows a SIGKILL leaves (issue 24, docs/ru
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -52,31 +53,60 @@ class SlotBudget:
     reset of a killed run would be granted later to nobody (the real server does not notice that its
     client has gone). A reset waiting here for :data:`_BUDGET_PROBE_S` asks *probe* (``/healthz``)
     whether the server has more free slots (another client released some) and grows the capacity.
+
+    Units go to waiting resets first come, first served: a unit given back is handed to the longest
+    waiter before a newcomer can take it. (Handing it to whoever asks next let the worker that just
+    released a slot take it again for its next episode, so with more episodes in flight than slots a
+    few resets waited for the whole run and, on a long one, ran into ``environment.reset_wait_seconds``.)
     """
 
     def __init__(self, probe: Callable[[], Any] | None = None) -> None:
         self.capacity: int | None = None
         self.used = 0
         self._probe = probe
-        self._changed = asyncio.Event()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def _free(self) -> bool:
+        return self.capacity is None or self.used < self.capacity
+
+    def _wake(self) -> None:
+        while self._waiters and self._free():
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.used += 1  # the unit is the waiter's from now on
+                waiter.set_result(None)
 
     def set_capacity(self, capacity: int | None) -> None:
         self.capacity = capacity
-        self._changed.set()
+        self._wake()
 
     async def take(self) -> None:
-        """Wait for a unit (cancellable; the caller's own deadline bounds the wait)."""
-        while self.capacity is not None and self.used >= self.capacity:
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), _BUDGET_PROBE_S)
-            except TimeoutError:
-                await self._grow()
-        self.used += 1
+        """Wait for a unit, in arrival order (cancellable; the caller's own deadline bounds the wait)."""
+        if not self._waiters and self._free():
+            self.used += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            while not waiter.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), _BUDGET_PROBE_S)
+                except TimeoutError:
+                    await self._grow()
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # granted as the wait was cancelled: pass it on
+            else:
+                waiter.cancel()
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:
+                    pass
+            raise
 
     def give(self) -> None:
         self.used = max(0, self.used - 1)
-        self._changed.set()
+        self._wake()
 
     async def _grow(self) -> None:
         if self._probe is None or self.capacity is None:
@@ -90,7 +120,7 @@ class SlotBudget:
             # every reset of ours is counted in used (granted, or waiting in the server only when
             # others took the slots: then free is 0), so used + free is what the server can give us
             self.capacity = max(self.capacity, self.used + free)
-            self._changed.set()
+            self._wake()
 
 
 class JournaledEnvironment:

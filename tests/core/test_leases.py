@@ -204,3 +204,44 @@ def test_an_unlimited_budget_never_waits() -> None:
         assert budget.used == 100
 
     asyncio.run(go())
+
+
+def test_the_budget_serves_waiting_resets_first_come_first_served() -> None:
+    """A unit given back goes to the longest waiter, not to the episode that gave it and asks again at once
+    (that barging starved a few resets for a whole run at 16 in flight on 8 slots: issue 24's chaos run)."""
+
+    async def go() -> list[str]:
+        budget = SlotBudget(None)
+        budget.set_capacity(1)
+        order: list[str] = []
+        await budget.take()  # A holds the only unit
+        waiting = asyncio.ensure_future(budget.take())  # B waits
+        await asyncio.sleep(0)
+        waiting.add_done_callback(lambda _: order.append("B"))
+        budget.give()  # A's episode ends ...
+        again = asyncio.ensure_future(budget.take())  # ... and A asks for its next reset at once
+        again.add_done_callback(lambda _: order.append("A"))
+        await asyncio.sleep(0.01)
+        assert waiting.done() and not again.done() and budget.used == 1
+        budget.give()
+        await asyncio.wait_for(again, 1)
+        return order
+
+    assert asyncio.run(go()) == ["B", "A"]
+
+
+def test_a_cancelled_wait_passes_its_unit_on() -> None:
+    async def go() -> None:
+        budget = SlotBudget(None)
+        budget.set_capacity(1)
+        await budget.take()
+        first = asyncio.ensure_future(budget.take())
+        second = asyncio.ensure_future(budget.take())
+        await asyncio.sleep(0)
+        first.cancel()  # its reset deadline expired
+        await asyncio.gather(first, return_exceptions=True)
+        budget.give()
+        await asyncio.wait_for(second, 1)
+        assert budget.used == 1 and not budget._waiters
+
+    asyncio.run(go())

@@ -281,8 +281,10 @@ def write_config(
     environment: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
     split: str = "val",
+    tasks: dict[str, Any] | None = None,
 ) -> Path:
-    """An evaluation YAML over the sandbox's split *split* (*episodes* sampled tasks; val has 18, train 84)."""
+    """An evaluation YAML over the sandbox's split *split* (*episodes* sampled tasks; val has 18, train 84);
+    *tasks* adds keys to the ``tasks`` section (``repeats``)."""
     data = {
         "experiment": {
             "name": name,
@@ -292,7 +294,7 @@ def write_config(
             "max_episode_retries": 2,
             **(experiment or {}),
         },
-        "tasks": {"split_file": str(sandbox.split_file), "split": split, "sample_size": episodes},
+        "tasks": {"split_file": str(sandbox.split_file), "split": split, "sample_size": episodes, **(tasks or {})},
         "environment": {"base_url": env_url or sandbox.env_url, "timeout": 10, **(environment or {})},
         "model": {
             "name": sandbox.served_model,
