@@ -28,7 +28,7 @@ from urllib.parse import quote, urlencode
 from shopsimrl_core._hashing import json_list, json_object
 from shopsimrl_core.viewer._data import IndexCache, json_text, labels_of, number_param, page_of, read_json, run_meta
 from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
-from shopsimrl_core.viewer._statistics import ComparisonCache, design_view
+from shopsimrl_core.viewer._statistics import ComparisonCache, design_view, gate_view
 
 __all__ = ["create_app", "create_viewer_app", "serve", "SORT_COLUMNS"]
 
@@ -514,11 +514,13 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                     evidence_by_id.setdefault(str(cand.get("candidate_id")), []).extend(
                         e for e in cand["evidence"] if isinstance(e, dict)
                     )
+        gate = gate_view(path, bank, viewer_roots.roots)
         skills = []
         for skill in bank["skills"]:
             if not isinstance(skill, dict):
                 continue
             metadata = json_object(skill.get("metadata"))
+            ci = metadata.get("confidence_interval")
             refs = (
                 [e for e in metadata.get("evidence", []) if isinstance(e, dict)]
                 if isinstance(metadata.get("evidence"), list)
@@ -554,6 +556,10 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                     "metadata": json_text(metadata),
                     "evidence": evidence,
                     "clusters": [str(c) for c in metadata.get("evidence_cluster_ids", []) or []],
+                    "effect": metadata.get("estimated_effect"),
+                    "low": ci[0] if isinstance(ci, list) and len(ci) == 2 else None,
+                    "high": ci[1] if isinstance(ci, list) and len(ci) == 2 else None,
+                    "noise": (gate or {}).get("chunks", {}).get(str(skill.get("skill_id"))),
                 }
             )
         return render(
@@ -561,6 +567,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             path=params.get("path"),
             bank_version=bank.get("bank_version"),
             skills=skills,
+            gate=gate,
             run_rel=run.rel if run else None,
             run_href=_href_run(run.rel) if run else None,
         )

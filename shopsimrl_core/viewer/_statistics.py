@@ -5,6 +5,8 @@ intervals and ``sampling_design``, ``breakdowns.category``); the checkpoint comp
 the core's comparison document of the two runs when one is stored next to run B (what the Dagster
 ``checkpoint_comparison`` asset or ``shopsimrl compare --output`` wrote), and otherwise asks the
 core's ``compare_runs`` for it, in memory (the viewer writes nothing), for runs of a bounded size.
+The SkillBank page reads the Gate A ``contributions.json`` that selected the bank (same
+``assignment_sha256``) for each chunk's noise verdict.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any
 from shopsimrl_core._hashing import json_object
 from shopsimrl_core.viewer._paths import RunRef
 
-__all__ = ["design_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
+__all__ = ["design_view", "gate_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
 
 LIVE_COMPARISON_MAX_EPISODES = 20_000
 """Runs larger than this are compared only through a stored comparison document (a page stays fast)."""
 _MAX_STORED = 50  # comparison documents looked at in run B's directory
+_MAX_GATES = 200  # Gate A contributions documents looked at under the roots for one SkillBank
 
 
 def _num(value: Any) -> bool:
@@ -244,4 +247,60 @@ def _computed(a: RunRef, b: RunRef) -> dict[str, Any]:
         return {"error": f"no paired statistics: {exc.one_line()}"}
     view = _view(doc, "computed for this page (shopsimrl compare defaults; not stored)")
     view["created_at"] = None  # now: not worth a timestamp
+    return view
+
+
+def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[str, Any] | None:
+    """The Gate A run that selected *bank*: selection rule, noise bar and each chunk's verdict.
+
+    The bank records its gate's ``assignment_sha256``; the ``contributions.json`` with the same one is
+    looked for next to the bank, then in ``gate-a/*/`` of each root (where the pipeline keeps Gate A
+    runs; a snapshot under ``skillbanks/`` finds its gate there). None for a bank no gate selected;
+    ``chunks`` is empty when the gate's document is not under the roots.
+    """
+    from shopsimrl_core.documents import ChunkContributions, DocumentError
+    from shopsimrl_core.viewer._data import read_json
+
+    metadata = json_object(bank.get("metadata"))
+    assignment = metadata.get("assignment_sha256")
+    estimator = json_object(metadata.get("estimator"))
+    if not isinstance(assignment, str):
+        return None
+    view: dict[str, Any] = {"selection_rule": estimator.get("selection_rule"), "noise_bar": None,
+                            "source": None, "chunks": {}}
+    candidates = [bank_path.parent / "contributions.json"]
+    for root in roots:
+        candidates += sorted((root / "gate-a").glob("*/contributions.json"))[:_MAX_GATES]
+    for path in candidates:
+        try:
+            real = path.resolve(strict=True)
+        except OSError:
+            continue
+        inside = next((r for r in roots if r in real.parents), None)
+        if inside is None:  # a symlink out of the roots is not read
+            continue
+        raw = read_json(real)
+        if not isinstance(raw, dict) or raw.get("assignment_sha256") != assignment:
+            continue
+        try:
+            doc = ChunkContributions.parse(raw, str(path)).to_json()
+        except DocumentError:
+            continue
+        reward = json_object(json_object(doc.get("estimates")).get("reward"))
+        bar = json_object(reward.get("noise_bar"))
+        view.update(
+            source=real.relative_to(inside).as_posix(),
+            selection_rule=json_object(doc.get("estimator")).get("selection_rule", view["selection_rule"]),
+            noise_bar=bar.get("noise_bar"),
+            chunks={
+                str(c.get("chunk_id")): {
+                    "within_noise": c.get("within_noise"),
+                    "adjusted_p": c.get("adjusted_p_value"),
+                    "status": c.get("status"),
+                }
+                for c in doc.get("contributions") or []
+                if isinstance(c, dict)
+            },
+        )
+        break
     return view

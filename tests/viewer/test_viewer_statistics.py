@@ -44,8 +44,8 @@ def _text(page: str, ident: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page[start:end]))).strip()
 
 
-def _get(base: str, path: str, **params: str) -> str:
-    response = httpx.get(base + path, params=params, timeout=60, trust_env=False)
+def _get(base: str, url: str, **params: str) -> str:
+    response = httpx.get(base + url, params=params, timeout=60, trust_env=False)
     assert response.status_code == 200, response.text
     return response.text
 
@@ -143,3 +143,42 @@ def test_statistics_text_from_the_files_is_escaped(tmp_path: Path, viewer_for) -
     base = viewer_for([tmp_path]).base_url
     for page in (_get(base, "/run/val/b"), _get(base, "/compare", a="val/a", b="val/b")):
         assert hostile not in page and "&lt;img src=x onerror=" in page
+
+
+def test_skillbank_page_marks_the_chunks_within_noise(tmp_path: Path, viewer_for) -> None:
+    """A bank frozen from Gate A (published rule) shows each skill's β and the gate's noise verdict."""
+    from testkit.gatekit import EffectRunner, gate_setup
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    bare_cfg, bare_run, draft_path = gate_setup(inputs)
+    root = tmp_path / "runs"
+    runner = EffectRunner({"chunk-000000000000": 0.3, "chunk-000000000001": -0.2, "chunk-000000000002": 0.05})
+    result = core.run_gate_a(
+        core.GateAConfig(output_dir=root / "gate-a" / "ckpt-a", experiment_config=bare_cfg, bare_run_dir=bare_run,
+                         draft_path=draft_path, bootstrap_samples=50),
+        runner=runner,
+    )
+    assert result.selected_skillbank_path is not None and result.contributions is not None
+    snap = core.snapshot_skillbank(core.load_skillbank(result.selected_skillbank_path), root / "skillbanks")
+    doc = result.contributions
+    bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
+    rows = {c["chunk_id"]: c for c in doc["contributions"]}
+    _run(root, "ckpt-a", tasks=2, repeats=1)  # the root holds a run, as a runs root does
+    base = viewer_for([root]).base_url
+
+    page = _get(base, "/skillbank", path=snap.path.relative_to(root).as_posix())
+    assert _text(page, "gate") == (
+        f"Gate A selection rule strictly_positive_top_k · sign-flip noise bar {bar:.4f} (the largest |β| no effect "
+        "produces, 95%) · from gate-a/ckpt-a/contributions.json"
+    )
+    for number, chunk in enumerate(("chunk-000000000000", "chunk-000000000002"), start=1):
+        block = page[page.index(f'id="skill-{number}"'):]
+        block = block[: block.index("<pre>")]
+        row = rows[chunk]
+        low, high = row["confidence_interval"]
+        text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", block)))
+        assert f"Gate A β {row['coefficient']:+.4f} [{low:+.4f}, {high:+.4f}]" in text
+        assert f"adjusted p {row['adjusted_p_value']:.3f}" in text
+        assert ("within noise" if row["within_noise"] else "above noise bar") in text
+    assert rows["chunk-000000000002"]["within_noise"] is True and rows["chunk-000000000000"]["within_noise"] is False
