@@ -237,12 +237,16 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 def _computed(a: RunRef, b: RunRef) -> dict[str, Any]:
-    """``compare_runs`` of the two runs with the core's defaults (those of ``shopsimrl compare``), in memory."""
+    """``compare_runs`` of the two runs with the core's defaults (those of ``shopsimrl compare``), in memory.
+
+    Not strict: runs whose plans differ (another step limit, other skills) are still paired here, as
+    the page's gained and lost tasks are; the differing fields are shown above the numbers.
+    """
     from shopsimrl_core._errors import ShopSimRLError
     from shopsimrl_core.analysis._comparison import compare_runs
 
     try:
-        doc = compare_runs(a.path, b.path)
+        doc = compare_runs(a.path, b.path, strict=False)
     except ShopSimRLError as exc:
         return {"error": f"no paired statistics: {exc.one_line()}"}
     view = _view(doc, "computed for this page (shopsimrl compare defaults; not stored)")

@@ -181,7 +181,7 @@ _COMPARE = """{% extends "base" %}{% import "macros" as m %}
 <h2>Paired difference B − A, per task</h2>
 {% if stats.error %}<p class="bad" id="comparison-error">{{ stats.error }}</p>{% else %}
 <p id="comparison-source">{{ stats.pairs }} paired tasks ({{ stats.paired_episodes }} episodes) · {{ stats.source }}{% if stats.created_at %} · {{ stats.created_at }}{% endif %}{% if stats.power %} · minimum detectable difference (MDE) at {{ m.num(stats.power.power) }} power, α {{ m.num(stats.power.alpha) }} ({{ stats.power.method }}){% endif %}</p>
-{% if stats.differences %}<p class="bad">the two plans differ: {{ stats.differences|join(', ') }}</p>{% endif %}
+{% if stats.differences %}<p class="bad" id="comparison-differences">the two plans differ ({{ stats.differences|join(', ') }}): these differences are not the checkpoints' alone</p>{% endif %}
 {% macro metric_row(r) -%}<tr class="metric"><td>{{ r.metric }}</td><td>{{ m.fixed(r.a_mean) }}</td><td>{{ m.fixed(r.b_mean) }}</td><td class="delta">{{ m.signed(r.delta) }}</td><td>{{ m.ci(r.low, r.high, 3, True) }}</td>
 <td>{{ m.fixed(r.sd_difference) }}</td><td class="mde">{{ m.fixed(r.mde) }}</td>
 <td class="verdict">{% if r.within_noise is none %}<span class="muted">no interval</span>{% elif r.within_noise %}<span class="muted within-noise">within noise</span>{% if r.delta is number and r.mde is number %}: |Δ| {{ m.fixed(r.delta|abs) }} {{ '<' if r.delta|abs < r.mde else '≥' }} MDE {{ m.fixed(r.mde) }}{% endif %}{% else %}<b class="detected">detected</b>: the interval excludes 0{% endif %}</td>

@@ -64,6 +64,14 @@ def test_filter_failures_open_episode_and_compare_checkpoints(val_runs: Path, vi
 
             page.goto(server.base_url + "/compare?a=val/ckpt-a&b=val/ckpt-b")
             assert "8 paired episodes" in page.inner_text("body")
+            # The paired statistics: reward and success with their minimum detectable difference (issue 23);
+            # ckpt-b ran with another step limit, and the page says so.
+            metrics = page.locator("#paired-metrics tr.metric")
+            assert metrics.count() == 2 and metrics.first.locator("td").first.inner_text() == "reward"
+            assert all(float(cell) >= 0 for cell in page.locator("#paired-metrics td.mde").all_inner_texts())
+            verdicts = page.locator("#paired-metrics td.verdict").all_inner_texts()
+            assert all(v.startswith(("within noise", "detected")) for v in verdicts), verdicts
+            assert "runtime.max_steps" in page.inner_text("#comparison-differences")
             lost = page.locator("#lost a.task-compare")
             assert lost.count() >= 1  # ckpt-b ran with 3 steps: it loses every purchase ckpt-a made
             page.screenshot(path=str(shots / "compare.png"), full_page=True)
