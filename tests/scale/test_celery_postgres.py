@@ -1,5 +1,6 @@
 """A team deployment on one machine: PostgreSQL instance, webserver, daemon, two Celery workers, runs.
 
+The deployment is the session's ``scripts/local-cluster.sh`` cluster (tests/scale/conftest.py).
 Every part is a separate process sharing the PostgreSQL-backed instance: ``dagster-webserver``
 takes the launches (GraphQL, as the UI's launchpad sends them), ``dagster-daemon`` dequeues them
 and starts the run workers, whose Celery executor hands each step to one of two
@@ -11,29 +12,20 @@ fields and the runs root, those of the same two evaluations run with the local (
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import httpx
 import pytest
-import yaml
 
 from shopsimrl_dagster.definitions import build_definitions
-from shopsimrl_dagster.deploy.instance import prepare_postgres_home
 from shopsimrl_dagster.registry import Checkpoint, register_checkpoint
 from shopsimrl_dagster.settings import load_pipeline_settings
 
-from .conftest import free_port
+from .conftest import Cluster, write_settings
 
 pytestmark = pytest.mark.slow
 
@@ -54,136 +46,10 @@ _PROVENANCE_KEYS = {"invocation_id", "pid", "host", "lease_id", "env_idx", "at",
 _SLOT_IN_SESSION_KEY = re.compile(r"^slot-\d+-")
 
 
-def _write_settings(folder: Path, sandbox: Any, executor: str) -> Path:
-    base = yaml.safe_load((REPO_ROOT / "configs" / "pipeline" / "pipeline.yaml").read_text(encoding="utf-8"))
-    base.update(runs_root=str(folder / "runs"), checkpoint_registry=str(folder / "registry"),
-                split_file=str(sandbox.split_file))
-    base["environment"]["base_url"] = sandbox.env_url
-    base["inference"].update(base_url=sandbox.policy_url, name=sandbox.served_model, max_in_flight=4)
-    base["suites"]["val"]["sample_size"] = 4
-    base["comparison"]["bootstrap_samples"] = 200
-    base["automation"].update(sensor_running=False, schedule_running=False)
-    base["execution"] = {"executor": executor}
-    path = folder / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(base, sort_keys=False), encoding="utf-8")
-    return path
-
-
 def _register(settings_path: Path, endpoints: list[str]) -> None:
     registry = load_pipeline_settings(settings_path).checkpoint_registry
     for (checkpoint_id, step), endpoint in zip(CHECKPOINTS, endpoints):
         register_checkpoint(registry, Checkpoint(checkpoint_id, step, endpoint=endpoint))
-
-
-class Team:
-    """The running deployment: its env, webserver URL and a few GraphQL calls."""
-
-    def __init__(self, work: Path, env: dict[str, str], url: str, settings_path: Path) -> None:
-        self.work, self.env, self.url, self.settings_path = work, env, url, settings_path
-        self.processes: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = (self.work / f"{name}.log").open("wb")
-        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        log.close()
-        self.processes.append((name, process))
-        return process
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name}\n{(self.work / f'{name}.log').read_text(errors='replace')[-1500:]}"
-                         for name, _ in self.processes)
-
-    def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}},
-                              timeout=60, trust_env=False)
-        response.raise_for_status()
-        body = response.json()
-        assert "errors" not in body, body["errors"]
-        return body["data"]
-
-    def partition_tags(self, job: str, partition: str) -> dict[str, str]:
-        """The tags the launchpad adds for *partition* of *job* (the per-endpoint tag among them)."""
-        data = self.gql(
-            """query Tags($repo: RepositorySelector!, $set: String!, $p: String!) {
-                 partitionSetOrError(repositorySelector: $repo, partitionSetName: $set) { ... on PartitionSet {
-                   partition(partitionName: $p) { tagsOrError { ... on PartitionTags { results { key value } } } }
-                 } } }""",
-            {"repo": REPOSITORY, "set": f"{job}_partition_set", "p": partition},
-        )
-        return {t["key"]: t["value"] for t in data["partitionSetOrError"]["partition"]["tagsOrError"]["results"]}
-
-    def launch(self, job: str, tags: dict[str, str]) -> str:
-        data = self.gql(
-            """mutation Launch($params: ExecutionParams!) { launchRun(executionParams: $params) {
-                 __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""",
-            {"params": {"selector": {**REPOSITORY, "pipelineName": job}, "mode": "default",
-                        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]}}},
-        )
-        assert data["launchRun"]["__typename"] == "LaunchRunSuccess", data
-        return data["launchRun"]["run"]["runId"]
-
-    def wait(self, run_ids: list[str], timeout_s: float = 240) -> dict[str, str]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            statuses = {}
-            for run_id in run_ids:
-                data = self.gql("query R($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
-                                {"id": run_id})
-                statuses[run_id] = data["runOrError"]["status"]
-            if all(s in _TERMINAL for s in statuses.values()):
-                return statuses
-            for name, process in self.processes:
-                assert process.poll() is None, f"{name} exited:\n{self.logs()}"
-            assert time.monotonic() < deadline, f"runs not finished within {timeout_s} s: {statuses}\n{self.logs()}"
-            time.sleep(1)
-
-
-@pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory, postgres: Any, redis_url: str, sandbox: Any,
-         second_sandbox: Any) -> Iterator[Team]:
-    work = tmp_path_factory.mktemp("team")
-    settings_path = _write_settings(work, sandbox, "celery")
-    _register(settings_path, [sandbox.policy_url, second_sandbox.policy_url])
-    home = prepare_postgres_home(work / "dagster_home")
-    env = {**os.environ, **postgres.env, "DAGSTER_HOME": str(home), "SHOPSIMRL_PIPELINE_CONFIG": str(settings_path),
-           "SHOPSIMRL_CELERY_BROKER": f"{redis_url}/0", "SHOPSIMRL_CELERY_BACKEND": f"{redis_url}/1",
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    port = free_port()
-    deployment = Team(work, env, f"http://127.0.0.1:{port}", settings_path)
-    try:
-        for worker in ("w1", "w2"):
-            deployment.start(f"celery-{worker}", [
-                str(BIN / "celery"), "-A", "shopsimrl_dagster.deploy.celery_worker", "worker", "--pool", "solo",
-                "--prefetch-multiplier", "1", "-n", f"{worker}@%h", "--without-gossip", "--without-mingle",
-                "--loglevel", "INFO"])
-        deployment.start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
-        deployment.start("webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                       "-p", str(port)])
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                entries = deployment.gql(
-                    "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }")
-                if any(e["loadStatus"] == "LOADED" for e in entries["workspaceOrError"]["locationEntries"]):
-                    break
-            except httpx.HTTPError:
-                pass
-            for name, process in deployment.processes:
-                assert process.poll() is None, f"{name} exited:\n{deployment.logs()}"
-            assert time.monotonic() < deadline, f"webserver did not load the location:\n{deployment.logs()}"
-            time.sleep(0.5)
-        yield deployment
-    finally:
-        for _name, process in reversed(deployment.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for _name, process in deployment.processes:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # a warm Celery/webserver shutdown has nothing left to save
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=20)
 
 
 def _masked(value: Any, roots: tuple[str, ...]) -> Any:
@@ -217,26 +83,10 @@ def _run_dir_content(run_dir: Path, root: Path) -> dict[str, Any]:
     return content
 
 
-@contextlib.contextmanager
-def _instance_env(team: Team) -> Iterator[None]:
-    """The PostgreSQL connection variables in this process's environment, for opening the shared instance."""
-    env = {k: v for k, v in team.env.items() if k.startswith("DAGSTER_PG_")}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _local_reference(work: Path, sandbox: Any, endpoints: list[str]) -> Path:
     """The same evaluations with the local (in-process) executor on a throwaway instance; returns the runs root."""
     work.mkdir(parents=True, exist_ok=True)
-    settings_path = _write_settings(work, sandbox, "in_process")
+    settings_path = write_settings(work, sandbox, "in_process")
     _register(settings_path, endpoints)
     settings = load_pipeline_settings(settings_path)
     definitions = build_definitions(settings)
@@ -250,16 +100,15 @@ def _local_reference(work: Path, sandbox: Any, endpoints: list[str]) -> Path:
     return settings.runs_root
 
 
-def test_celery_on_postgres_matches_the_local_executor(team: Team, tmp_path: Path, sandbox: Any,
-                                                       second_sandbox: Any, postgres: Any) -> None:
+def test_celery_on_postgres_matches_the_local_executor(cluster: Cluster, tmp_path: Path, sandbox: Any,
+                                                       second_sandbox: Any) -> None:
+    _register(cluster.settings_path, [sandbox.policy_url, second_sandbox.policy_url])
     for checkpoint_id, _ in CHECKPOINTS:
-        data = team.gql("""mutation Add($repo: RepositorySelector!, $key: String!) { added: addDynamicPartition(
-            repositorySelector: $repo, partitionsDefName: "checkpoints", partitionKey: $key) { __typename } }""",
-                        {"repo": REPOSITORY, "key": checkpoint_id})
-        assert data["added"]["__typename"] == "AddDynamicPartitionSuccess", data
+        cluster.add_partition(checkpoint_id)
+    team = cluster
 
     # The plans once, in this process but on the shared instance (a run worker of its own would only cost time).
-    with _instance_env(team):
+    with team.instance_env():
         with dg.DagsterInstance.from_config(team.env["DAGSTER_HOME"]) as instance:
             plans = build_definitions(load_pipeline_settings(team.settings_path)).resolve_job_def("prepare_plans")
             assert plans.execute_in_process(instance=instance).success
@@ -270,7 +119,7 @@ def test_celery_on_postgres_matches_the_local_executor(team: Team, tmp_path: Pat
     assert set(statuses.values()) == {"SUCCESS"}, f"{statuses}\n{team.logs()}"
 
     # The runs, their events and the Celery hand-offs are in PostgreSQL, read here by another process.
-    with _instance_env(team):
+    with team.instance_env():
         with dg.DagsterInstance.from_config(team.env["DAGSTER_HOME"]) as instance:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             workers: dict[str, set[str]] = {}
