@@ -353,14 +353,24 @@ def _still_describes(path: Path, last: tuple[int, int, str | None] | None) -> bo
     return isinstance(value, dict) and value.get("episode_id") == episode_id
 
 
+def _entries(run_dir: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(run_dir))
+    except OSError:
+        return []
+
+
 @contextmanager
 def _writer(run_dir: Path, locked: bool) -> Iterator[bool]:
     """Yield whether this process may write the index files (holds or can take ``run.lock``)."""
     if locked:
         yield True
         return
+    if any(entry.is_symlink() for entry in _entries(run_dir)):
+        yield False  # a folder holding a link is refused by every writer (runs/_run_folder.py)
+        return
     try:
-        fd = os.open(run_dir / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
         yield False
         return

@@ -35,6 +35,7 @@ from shopsimrl_core.adapters._json import dumps_line, loads
 from shopsimrl_core.episode._trace import is_complete, utc_now
 from shopsimrl_core.runs._durability import append_whole, request_fsync
 from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
+from shopsimrl_core.runs._run_folder import cut_torn_tail, refuse_symlinks
 from shopsimrl_core.runs._trace_index import TraceIndex
 
 __all__ = [
@@ -96,7 +97,8 @@ class RunStore:
         if self._lock_fd is not None:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        refuse_symlinks(self.run_dir)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -116,7 +118,7 @@ class RunStore:
             raise
         previous = self._read_holder()
         if previous:
-            self.lock_takeover = previous
+            self.lock_takeover = previous  # a dead holder's record, or {"unreadable": ...} for garbage
         content = json.dumps(
             {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utc_now(), "invocation_id": invocation_id}
         ).encode()
@@ -129,7 +131,17 @@ class RunStore:
     def _acquire_exclusive_file(self, invocation_id: str) -> None:
         # File systems without flock: exclusive creation; a lock of a dead pid on this host is stale.
         holder = self._read_holder()
-        if holder:
+        if "unreadable" in holder:
+            raise RunLockedError(
+                f"{self.lock_path}: holds no readable holder record ({holder['unreadable']}) and this file system "
+                "has no flock, so whether a run still holds it cannot be told; delete run.lock once you are sure "
+                "no run uses this folder",
+                code="run-locked",
+                holder=holder,
+            )
+        if not holder:
+            self.lock_path.unlink(missing_ok=True)  # empty: nobody's (the flock attempt above created it)
+        else:
             same_host = holder.get("host") == socket.gethostname()
             pid = holder.get("pid")
             alive = True
@@ -150,7 +162,15 @@ class RunStore:
                 )
             self.lock_takeover = holder
             self.lock_path.unlink(missing_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            raise RunLockedError(
+                f"{self.run_dir}: run directory was locked by another process just now (no flock on this file "
+                "system); wait for it to finish, or use another experiment.name",
+                code="run-locked",
+                holder=self._read_holder(),
+            ) from None
         content = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -163,15 +183,32 @@ class RunStore:
         self._lock_mode = "exclusive-file"
 
     def _read_holder(self) -> dict[str, Any]:
-        try:
-            text = self.lock_path.read_text(encoding="utf-8").strip()
-            value = json.loads(text) if text else {}
-        except (OSError, json.JSONDecodeError):
-            return {}
-        return value if isinstance(value, dict) else {}
+        """The holder record in ``run.lock``.
 
-    @staticmethod
-    def _describe(holder: dict[str, Any]) -> str:
+        ``{}`` when empty or missing, ``{"unreadable": <first bytes>}`` when the file holds anything else
+        (garbage, not UTF-8, not a JSON object).
+        """
+        try:
+            with open(self.lock_path, "rb") as handle:
+                raw = handle.read(4096)
+        except OSError:
+            return {}
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            value = None
+        if isinstance(value, dict) and value:
+            return value
+        return {"unreadable": repr(raw[:40])}
+
+    def _describe(self, holder: dict[str, Any]) -> str:
+        if "unreadable" in holder and len(holder) == 1:
+            return (
+                f"another process; {self.lock_path} names no holder (it holds {holder['unreadable']}, not a "
+                "{pid, host, started_at, invocation_id} record)"
+            )
         if not holder:
             return "another process (holder unknown)"
         return (
@@ -371,15 +408,10 @@ class RunStore:
     def _open_for_append(self) -> BinaryIO:
         if self._handle is None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.traces_path, "a+b")
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() > 0:
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    # A previous writer died mid-line: end that line so ours starts clean (§6.5).
-                    handle.write(b"\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
+            # O_NOFOLLOW: a traces.jsonl that is a symbolic link is refused, never written through
+            fd = os.open(self.traces_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+            handle = os.fdopen(fd, "a+b")
+            cut_torn_tail(handle.fileno())
             self._handle = handle
         return self._handle
 
@@ -469,3 +501,4 @@ class RunStore:
     def read_invocations(self) -> list[dict[str, Any]]:
         """All invocation lines that parse."""
         return list(_read_jsonl(self.invocations_path))
+

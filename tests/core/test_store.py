@@ -36,7 +36,7 @@ def _holder(run_dir: Path, mode: str) -> subprocess.Popen[str]:
     return proc
 
 
-def test_append_heals_torn_tail_and_last_line_wins(tmp_path: Path) -> None:
+def test_append_cuts_a_torn_tail_and_last_line_wins(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     store.append(record(19, status="failed"))
     store.append(record(20))
@@ -46,9 +46,9 @@ def test_append_heals_torn_tail_and_last_line_wins(tmp_path: Path) -> None:
     resumed = RunStore(tmp_path)
     resumed.append(record(19, reward=0.5))
     lines = store.traces_path.read_bytes().split(b"\n")
-    assert lines[-1] == b"" and len(lines) == 5  # failed, completed, torn, new, ""
+    assert lines[-1] == b"" and len(lines) == 4  # failed, completed, new, "": the torn part was cut (issue 24)
     index = resumed.index()
-    assert index.lines == 4 and index.skipped_lines == 1
+    assert index.lines == 3 and index.skipped_lines == 0
     assert index.attempts("task-000019__sample-000") == 2 and index.is_complete("task-000019__sample-000")
     assert index.entries["task-000019__sample-000"].reward == 0.5
     latest = list(resumed.latest_records(index))

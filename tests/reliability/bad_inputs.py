@@ -207,7 +207,7 @@ def resume_refused(folder: Path, srv: Servers | None) -> list[str]:
     return ["run", "--no-resume", config]
 
 
-def locked(folder: Path, srv: Servers | None) -> list[str]:
+def locked(folder: Path, srv: Servers | None, content: bytes | None = None) -> list[str]:
     _write_splits(folder)
     config = _cfg(folder, _base())
     run_dir = folder / "runs" / "bad"
@@ -215,13 +215,30 @@ def locked(folder: Path, srv: Servers | None) -> list[str]:
     fd = os.open(run_dir / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
     os.write(
         fd,
-        json.dumps(
+        content
+        if content is not None
+        else json.dumps(
             {"pid": 1, "host": "elsewhere", "started_at": "2026-01-01T00:00:00+00:00", "invocation_id": "x"}
         ).encode(),
     )
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _HELD.append(fd)  # released by release_held() after the case
     return ["run", config]
+
+
+def linked(name: str) -> Callable[[Path, Servers | None], list[str]]:
+    """A run folder whose *name* is a symbolic link to a file outside it (a "system file")."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        config = _cfg(folder, _base())
+        run_dir = folder / "runs" / "bad"
+        run_dir.mkdir(parents=True)
+        (folder / "system-file").write_text("root:x:0:0\n", encoding="utf-8")
+        (run_dir / name).symlink_to(folder / "system-file")
+        return ["run", config]
+
+    return build
 
 
 _HELD: list[int] = []
@@ -729,6 +746,27 @@ CASES: list[Case] = [
         "fingerprint-mismatch",
     ),
     Case("run-locked", "run directory locked by another live process", locked, 2, "run-locked"),
+    Case(
+        "run-lock-garbage",
+        "`run.lock` holding garbage bytes, locked by another live process",
+        lambda f, s: locked(f, s, b"\xff\xfe\x00garbage"),
+        2,
+        "run-locked",
+    ),
+    Case(
+        "traces-symlink",
+        "`traces.jsonl` is a symbolic link to a file outside the run folder",
+        linked("traces.jsonl"),
+        2,
+        "run-dir-symlink",
+    ),
+    Case(
+        "summary-symlink",
+        "`summary.json` (any file in the run folder) is a symbolic link",
+        linked("summary.json"),
+        2,
+        "run-dir-symlink",
+    ),
     Case(
         "nothing-to-retry",
         "`retry-failed` on a directory without a run",
