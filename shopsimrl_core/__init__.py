@@ -64,6 +64,9 @@ _EXPORTS: dict[str, str] = {
     "bootstrap_mean_ci": "analysis",
     "build_summary": "analysis",
     "compare_runs": "analysis",
+    "CheckpointRun": "analysis",
+    "best_checkpoint": "analysis",
+    "regression_against_best": "analysis",
     "fit_no_intercept_ols": "analysis",
     "goal_leaks": "analysis",
     "iter_latest_records": "analysis",
@@ -210,10 +213,12 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.adapters import TransportError as TransportError
     from shopsimrl_core.adapters import bearer_headers as bearer_headers
     from shopsimrl_core.adapters import select_transport as select_transport
+    from shopsimrl_core.analysis import CheckpointRun as CheckpointRun
     from shopsimrl_core.analysis import EpisodeOutcome as EpisodeOutcome
     from shopsimrl_core.analysis import LabelTable as LabelTable
     from shopsimrl_core.analysis import TraceAudit as TraceAudit
     from shopsimrl_core.analysis import audit_traces as audit_traces
+    from shopsimrl_core.analysis import best_checkpoint as best_checkpoint
     from shopsimrl_core.analysis import bootstrap_coefficients as bootstrap_coefficients
     from shopsimrl_core.analysis import bootstrap_mean_ci as bootstrap_mean_ci
     from shopsimrl_core.analysis import build_summary as build_summary
@@ -228,6 +233,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis import pass_at_k as pass_at_k
     from shopsimrl_core.analysis import pass_hat_k as pass_hat_k
     from shopsimrl_core.analysis import read_labels as read_labels
+    from shopsimrl_core.analysis import regression_against_best as regression_against_best
     from shopsimrl_core.analysis import summarize_run as summarize_run
     from shopsimrl_core.analysis import summary_from_index as summary_from_index
     from shopsimrl_core.analysis import wilson_interval as wilson_interval

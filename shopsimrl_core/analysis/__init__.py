@@ -32,6 +32,9 @@ _EXPORTS: dict[str, str] = {
     "summarize_run": "_summary",
     "summary_from_index": "_summary",
     "judge_run": "_judge",
+    "CheckpointRun": "_selection",
+    "best_checkpoint": "_selection",
+    "regression_against_best": "_selection",
 }
 
 if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
@@ -48,6 +51,9 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis._labels import read_labels as read_labels
     from shopsimrl_core.analysis._ols import bootstrap_coefficients as bootstrap_coefficients
     from shopsimrl_core.analysis._ols import fit_no_intercept_ols as fit_no_intercept_ols
+    from shopsimrl_core.analysis._selection import CheckpointRun as CheckpointRun
+    from shopsimrl_core.analysis._selection import best_checkpoint as best_checkpoint
+    from shopsimrl_core.analysis._selection import regression_against_best as regression_against_best
     from shopsimrl_core.analysis._stats import bootstrap_mean_ci as bootstrap_mean_ci
     from shopsimrl_core.analysis._stats import paired_bootstrap_ci as paired_bootstrap_ci
     from shopsimrl_core.analysis._stats import pass_at_k as pass_at_k

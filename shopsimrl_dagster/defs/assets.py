@@ -47,6 +47,7 @@ from .checks import rollout_check_results, rollout_check_specs
 from .optional import optional_asset
 from .partitions import checkpoints
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
+from .selection import REGRESSION_CHECK, build_best_checkpoint_asset, regression_check_result
 
 __all__ = [
     "JOB_PLAN_SCHEMA",
@@ -527,13 +528,14 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
         kinds={"json"},
         description=f"Paired per-task bootstrap of one checkpoint against its baseline on {described} (settings "
         "comparison.baseline). Not materialized when there is no baseline run.",
+        checks=[REGRESSION_CHECK],
     )
     def checkpoint_comparison(
         context: dg.AssetExecutionContext,
         run_storage: RunStorage,
         checkpoint_registry: CheckpointRegistry,
         evaluation_suites: EvaluationSuites,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         settings = evaluation_suites.settings()
         current = context.partition_key
         options = settings.comparison
@@ -620,6 +622,16 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
             }
         )
         yield dg.MaterializeResult(asset_key=comparison_key, metadata=metadata)
+        registered = checkpoint_registry.checkpoints()
+        yield regression_check_result(
+            asset_key=comparison_key,
+            suite=name,
+            current=next(c for c in registered if c.checkpoint_id == current),
+            checkpoints=registered,
+            run_storage=run_storage,
+            options=options,
+            comparison_with=(baseline, comparison),
+        )
 
     @optional_asset(
         progress_key,
@@ -687,4 +699,5 @@ def build_suite_assets(name: str, suite: EvaluationSuite) -> list[dg.AssetsDefin
             },
         )
 
-    return [rollout_traces, eval_summary, checkpoint_comparison, progress]
+    best = build_best_checkpoint_asset(name, group, summary_key)
+    return [rollout_traces, eval_summary, checkpoint_comparison, progress, best]

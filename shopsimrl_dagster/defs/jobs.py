@@ -110,7 +110,9 @@ def build_jobs(settings: PipelineSettings) -> list[dg.UnresolvedAssetJobDefiniti
     jobs.append(
         dg.define_asset_job(
             "progress_charts",
-            selection=dg.AssetSelection.assets(*(suite_asset_key(s, "progress") for s in sorted(settings.suites))),
+            selection=dg.AssetSelection.assets(
+                *(suite_asset_key(s, name) for s in sorted(settings.suites) for name in ("progress", "best_checkpoint"))
+            ),
             executor_def=dg.in_process_executor,
             description="Chart reward and success against training step for every suite (or the selected ones).",
         )

@@ -93,7 +93,7 @@ def build_progress_sensor(settings: PipelineSettings) -> dg.RunStatusSensorDefin
             return dg.SkipReason(f"{context.dagster_run.job_name} is not an evaluation job")
         return dg.RunRequest(
             run_key=f"progress:{context.dagster_run.run_id}",
-            asset_selection=[suite_asset_key(suite, "progress")],
+            asset_selection=[suite_asset_key(suite, "progress"), suite_asset_key(suite, "best_checkpoint")],
             tags={TRIGGER_TAG: "progress-sensor"},
         )
 
