@@ -19,7 +19,7 @@ from shopsimrl_dagster.settings import load_pipeline_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITES = ("test", "train", "val")
-PER_SUITE = ("rollout_traces", "eval_summary", "checkpoint_comparison", "progress")
+PER_SUITE = ("rollout_traces", "eval_summary", "checkpoint_comparison", "progress", "best_checkpoint")
 SKILLS = {"episode_labels", "skill_candidates", "skill_gate", "skillbank_snapshot"}
 RESEARCH = {"trace2skill_draft", "round_candidate_pool", "round_online_gate", "round_selected_bank",
             "round_curriculum", "judge_verdicts"}  # shopsimrl_dagster/defs/research.py (docs/research.md)
@@ -69,6 +69,8 @@ def test_rollout_checks_are_blocking_and_rollouts_retry_without_a_global_pool(lo
         rollout = repo.assets_defs_by_key[dg.AssetKey([suite, "rollout_traces"])]
         specs = {spec.name: spec for spec in rollout.check_specs}
         assert set(specs) == CHECKS and all(spec.blocking for spec in specs.values())
+        comparison = repo.assets_defs_by_key[dg.AssetKey([suite, "checkpoint_comparison"])]
+        assert [(spec.name, spec.blocking) for spec in comparison.check_specs] == [("no_regression_vs_best", True)]
         assert {op.pool for op in rollout.node_def.iterate_op_defs()} == {None}
         assert rollout.node_def.retry_policy is not None and rollout.node_def.retry_policy.max_retries >= 1
         for name in ("rollout_traces", "eval_summary", "checkpoint_comparison"):
