@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from shopsimrl_core._errors import ConfigError, FingerprintMismatch, RunLockedError, TraceFormatError
-from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core._errors import RunLockedError, TraceFormatError
+from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
 from shopsimrl_core.adapters._json import dumps_line, loads
 from shopsimrl_core.episode._trace import is_complete, utc_now
@@ -285,80 +285,13 @@ class RunStore:
             return False
 
     def check_resumable(self, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
-        """Decide, without writing, how a run of *plan* may use this directory.
+        """Decide, without writing, how a run of *plan* may use this directory: ``"new"`` or ``"resume"``.
 
-        Returns ``"new"`` (nothing there yet) or ``"resume"`` (an existing manifest of the same
-        semantic plan; legacy manifests are accepted via the semantic projection, §22.1).
-
-        Raises:
-            ConfigError: code ``resume-disabled`` — content exists and *resume* is false (§22.2).
-            TraceFormatError: code ``export-not-resumable`` — ``traces.jsonl`` holds an exported
-                (redacted) record (§22.7).
-            FingerprintMismatch: the directory belongs to another semantic plan; the message names
-                what changed.
+        See :func:`shopsimrl_core.runs._resumable.check_resumable` for the rules and the errors.
         """
-        from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME, plan_differences
+        from shopsimrl_core.runs._resumable import check_resumable
 
-        if not self.has_content():
-            return "new"
-        if not resume:
-            raise ConfigError(
-                f"{self.run_dir}: run directory already holds a run and resume is false; "
-                "pass --resume to continue it, --overwrite to archive it and start fresh, or choose another "
-                "experiment.name",
-                code="resume-disabled",
-            )
-        self._refuse_exported_records()
-        manifest = self.read_manifest()
-        if manifest is None:
-            raise FingerprintMismatch(
-                f"{self.run_dir}: traces.jsonl exists but manifest.json does not, so its plan cannot be checked; "
-                "move the traces away or use another experiment.name",
-                code="fingerprint-mismatch",
-            )
-        stored_plan = manifest["plan"]
-        if manifest.get("fingerprint_scheme") == FINGERPRINT_SCHEME:
-            if manifest.get("plan_fingerprint") == plan_fingerprint:
-                return "resume"
-        elif manifest.get("plan_fingerprint") != fingerprint(stored_plan):
-            raise FingerprintMismatch(
-                f"{self.manifest_path}: legacy manifest is inconsistent (plan_fingerprint does not match its plan); "
-                "it was edited by hand — restore it or use another experiment.name",
-                code="fingerprint-mismatch",
-            )
-        changes = plan_differences(stored_plan, plan)
-        if not changes:
-            return "resume"
-        raise FingerprintMismatch(
-            f"{self.run_dir}: existing run manifest belongs to a different semantic plan; changed: "
-            f"{', '.join(changes)}; "
-            "use another experiment.name or model.id, or --overwrite to archive the old run",
-            code="fingerprint-mismatch",
-            changes=changes,
-        )
-
-    def _refuse_exported_records(self) -> None:
-        # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
-        # attempts to redacted ones would mix private and shared records in one file. The run
-        # index flags such lines, so only the offending line itself is read (and nothing written).
-        from shopsimrl_core.runs._index import open_run_index
-
-        run_index = open_run_index(self.run_dir, persist=False)
-        exported = run_index.first_exported()
-        if exported is not None:
-            number, offset, length = exported
-            with open(self.traces_path, "rb") as handle:
-                handle.seek(offset)
-                value = json.loads(handle.read(length))
-            if isinstance(value, dict) and "redaction" in value:
-                profile = (value["redaction"] or {}).get("profile") if isinstance(value["redaction"], dict) else None
-                raise TraceFormatError(
-                    f"{self.traces_path}:{number}: holds an exported (redacted, profile {profile!r}) record, which "
-                    "is not "
-                    "resume input; resume from the raw run directory, or move this file away and start a new run",
-                    code="export-not-resumable",
-                    line=number,
-                )
+        return check_resumable(self, plan, plan_fingerprint, resume=resume)
 
     def write_manifest(
         self,

@@ -261,6 +261,22 @@ def exported(folder: Path, srv: Servers | None) -> list[str]:
     return ["run", config]
 
 
+def edited_manifest(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path, Servers | None], list[str]]:
+    """A complete run whose manifest.json was then edited by hand (*edit* changes the parsed manifest)."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        config = _cfg(folder, _base())
+        _existing_run(folder)
+        path = folder / "runs" / "bad" / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        edit(manifest)
+        path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        return ["run", config]
+
+    return build
+
+
 def output_dir_is_file(folder: Path, srv: Servers | None) -> list[str]:
     _write_splits(folder)
     (folder / "runs").write_text("not a folder\n", encoding="utf-8")
@@ -780,6 +796,20 @@ CASES: list[Case] = [
         exported,
         2,
         "export-not-resumable",
+    ),
+    Case(
+        "manifest-max-steps-edited",
+        "`manifest.json` edited by hand: `plan.runtime.max_steps` 30 → 99",
+        edited_manifest(lambda m: m["plan"]["runtime"].update(max_steps=99)),
+        2,
+        "fingerprint-mismatch",
+    ),
+    Case(
+        "manifest-fingerprint-zeroed",
+        "`manifest.json` edited by hand: `plan_fingerprint` zeroed",
+        edited_manifest(lambda m: m.update(plan_fingerprint="0" * 64)),
+        2,
+        "fingerprint-mismatch",
     ),
     Case("output-dir-is-file", "`experiment.output_dir` is a file", output_dir_is_file, 6, "path-wrong-type"),
     Case("summarize-missing", "`summarize` of a missing path", cli("summarize", "TMP/nope"), 2, "run-dir-missing"),
