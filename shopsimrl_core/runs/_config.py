@@ -33,6 +33,7 @@ from shopsimrl_core.runs._config_sections import (
     _Section,
     sanitize_name,
 )
+from shopsimrl_core.runs._safe_yaml import UniqueKeyLoader, yaml_shape_problem
 
 __all__ = [
     "EvalConfig",
@@ -324,27 +325,7 @@ def config_from_mapping(
     return config
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe loader that refuses a mapping with the same key twice (PyYAML keeps the last silently)."""
-
-
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # the base constructor reports unhashable keys itself
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
-            )
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+_UniqueKeyLoader = UniqueKeyLoader  # the name other loaders import
 
 
 def read_text_input(path: Path, what: str, fix: str) -> str:
@@ -392,6 +373,10 @@ def load_config(path: str | Path) -> EvalConfig:
     source = Path(path).expanduser().resolve()
     text = read_text_input(source, "config file", "check the path")
     try:
+        # an alias bomb or a 5,000-deep list: one line, before anything is composed (runs/_safe_yaml.py)
+        shape = yaml_shape_problem(text)
+        if shape is not None:
+            raise ConfigError(f"{source}: {shape}", code="config-invalid")
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -91,6 +91,44 @@ class SplitFile:
             ) from None
 
 
+class _KeyedObject(dict[str, Any]):
+    """A JSON object that remembers the keys it was given more than once (the last value wins, as in ``json``)."""
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, Any]]) -> _KeyedObject:
+        made = cls(pairs)
+        if len(made) != len(pairs):
+            seen: set[str] = set()
+            again: list[str] = []
+            for key, _ in pairs:
+                if key in seen:
+                    again.append(key)
+                seen.add(key)
+            made.duplicates = tuple(again)
+        return made
+
+
+def _first_duplicate(data: Any) -> tuple[str, str] | None:
+    """``(dotted path of the object, key)`` of the first object given a key twice, in document order."""
+    pending: list[tuple[str, Any]] = [("", data)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, _KeyedObject) and value.duplicates:
+            return where, value.duplicates[0]
+        if isinstance(value, dict):
+            items: Any = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        else:
+            continue
+        # only containers can hold an object (a list of a million task ids costs one pass, no pushes)
+        children = [(f"{where}.{k}" if where else str(k), v) for k, v in items if isinstance(v, (dict, list))]
+        pending.extend(reversed(children))
+    return None
+
+
 def _fail(path: Path, where: str, message: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {message}", code="split-invalid")
 
@@ -183,11 +221,25 @@ def load_split_file(path: str | Path) -> SplitFile:
     resolved = Path(path).resolve()
     text = read_text_input(resolved, "split file", "fix tasks.split_file")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_KeyedObject.of)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{resolved}: not valid JSON ({exc.msg} at line {exc.lineno}); restore the file", code="split-invalid"
         ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{resolved}: nested too deep to read (more than ~1,000 levels of lists or objects); a split file is "
+            "three levels deep — restore the file",
+            code="split-invalid",
+        ) from None
+    duplicate = _first_duplicate(data)
+    if duplicate is not None:
+        where, key = duplicate
+        raise _fail(
+            resolved,
+            where or "(top level)",
+            f"duplicate key {key!r}; JSON readers keep only one of them, so the file says two things — keep one",
+        )
     if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
         raise ConfigError(f"{resolved}: splits: must be an object mapping split names to splits", code="split-invalid")
     version = data.get("version")

@@ -137,7 +137,7 @@ def test_additive_keys_accepted(tmp_path: Path) -> None:
 def test_dotenv_rules_never_override(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_bytes(
-        "\ufeff# comment\n\nexport A_KEY = \"quoted value\" \nB_KEY='x'\nnoequals\nC_KEY=plain\n".encode("utf-8")
+        "\ufeff# comment\n\nexport A_KEY = \"quoted value\" \nB_KEY='x'\nC_KEY=plain\n".encode("utf-8")
     )
     assert parse_dotenv(env_file) == {"A_KEY": "quoted value", "B_KEY": "x", "C_KEY": "plain"}
     environ = {"C_KEY": "from-shell"}

@@ -149,6 +149,26 @@ def _valid_yaml() -> str:
     return yaml.safe_dump(_base(), sort_keys=False)
 
 
+def _alias_bomb() -> str:
+    """The billion laughs as top-level keys: 9 anchors, each repeating the previous one nine times."""
+    lines = ['lol0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):
+        lines.append(f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def dotenv_case(text: str) -> Callable[[Path, Servers | None], list[str]]:
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        (folder / "secrets.env").write_text(text, encoding="utf-8")
+        return ["run", _cfg(folder, _set(_base(), "experiment.dotenv", "secrets.env"))]
+
+    return build
+
+
+_SPLITS_JSON = json.dumps(SPLITS)
+
+
 def _manifest_dir(
     folder: Path,
     *,
@@ -351,6 +371,20 @@ CASES: list[Case] = [
         "config-syntax", "YAML syntax error (unclosed bracket)", yaml_case("tasks: [split_file\n"), 2, "config-invalid"
     ),
     Case("config-list", "top level is a list", yaml_case("- tasks\n- model\n"), 2, "config-invalid"),
+    Case(
+        "config-alias-bomb",
+        "a YAML alias bomb (9 anchors, each repeating the last nine times: 9⁹ values)",
+        yaml_case(_valid_yaml() + _alias_bomb()),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "config-deep-list",
+        "a list nested 5,000 deep in the config",
+        yaml_case(_valid_yaml() + "deep: " + "[" * 5000 + "]" * 5000 + "\n"),
+        2,
+        "config-invalid",
+    ),
     Case("config-scalar", "top level is a string", yaml_case("hello\n"), 2, "config-invalid"),
     Case(
         "dup-section",
@@ -459,6 +493,28 @@ CASES: list[Case] = [
         "config-invalid",
     ),
     Case("dotenv-missing", "`experiment.dotenv` names a missing file", _dotenv_missing, 2, "dotenv-missing"),
+    Case("dotenv-no-equals", "a `.env` line without `=`", dotenv_case("A=1\nnoequals\n"), 2, "dotenv-invalid"),
+    Case(
+        "dotenv-bad-name",
+        "a `.env` name with a space (`MY KEY=1`)",
+        dotenv_case("MY KEY=1\n"),
+        2,
+        "dotenv-invalid",
+    ),
+    Case(
+        "dotenv-open-quote",
+        "a `.env` value opening a quote it never closes",
+        dotenv_case('TOKEN="s3cret\n'),
+        2,
+        "dotenv-invalid",
+    ),
+    Case(
+        "dotenv-duplicate",
+        "a `.env` name set twice",
+        dotenv_case("TOKEN=a\n# again\nTOKEN=b\n"),
+        2,
+        "dotenv-invalid",
+    ),
     Case("sample-zero", "`tasks.sample_size: 0`", config_case("tasks.sample_size", 0), 2, "config-invalid"),
     Case(
         "sample-too-big",
@@ -661,6 +717,29 @@ CASES: list[Case] = [
         "input-not-utf8",
     ),
     Case("split-not-json", "split file is not JSON", split_case(raw=b"{splits: [}"), 2, "split-invalid"),
+    Case(
+        "split-deep",
+        "split file nested 5,000 deep",
+        split_case(raw=b'{"splits": {"val": {"task_ids": ' + b"[" * 5000 + b"]" * 5000 + b"}}}"),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-duplicate-split",
+        "split `val` given twice in the split JSON",
+        split_case(raw=_SPLITS_JSON.replace('"splits": {', '"splits": {"val": {"task_ids": [9]}, ', 1).encode()),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-duplicate-key",
+        "`task_ids` given twice in one split",
+        split_case(
+            raw=_SPLITS_JSON.replace('"task_ids": [1, 2, 3]', '"task_ids": [1, 2, 3], "task_ids": [7]').encode()
+        ),
+        2,
+        "split-invalid",
+    ),
     Case("split-top-list", "split file top level is a list", split_case(lambda d: [1, 2]), 2, "split-invalid"),
     Case("splits-not-object", "`splits` is a list", split_case(lambda d: {"splits": [1]}), 2, "split-invalid"),
     Case(
