@@ -38,6 +38,7 @@ from shopsimrl_core.adapters._http import (
     _Engine,
     parsed_once,
 )
+from shopsimrl_core.adapters._tls import certificate_problem, tls_context, untrusted_detail
 
 __all__ = ["H1Engine"]
 
@@ -214,7 +215,10 @@ class H1Engine(_Engine):
         tls: Any = None
         if origin.tls:
             if self._tls is None:
-                self._tls = ssl.create_default_context()  # reads SSL_CERT_FILE / SSL_CERT_DIR
+                try:
+                    self._tls = tls_context()  # the system store, SSL_CERT_FILE / SSL_CERT_DIR, REQUESTS_CA_BUNDLE
+                except OSError as exc:
+                    raise TransportError("ConnectError", str(exc)) from None
             tls = self._tls
         try:
             async with asyncio.timeout(self.timeout):
@@ -224,7 +228,10 @@ class H1Engine(_Engine):
                 )
         except TimeoutError:
             raise TransportError("ConnectTimeout", f"timed out connecting to {origin.host}:{origin.port}") from None
-        except OSError as exc:  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
+        except ssl.SSLCertVerificationError as exc:  # said apart from a refused connection (issue 24)
+            reason = exc.verify_message or certificate_problem(str(exc)) or "certificate verify failed"
+            raise TransportError("ConnectError", untrusted_detail(origin.host, origin.port, reason)) from None
+        except OSError as exc:  # refused, unreachable, DNS, other TLS failures (ssl.SSLError is an OSError)
             raise TransportError("ConnectError", str(exc) or type(exc).__name__) from None
         finally:
             self._opening -= 1

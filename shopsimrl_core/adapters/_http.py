@@ -38,10 +38,12 @@ connection's idle time (not below :data:`MIN_KEEPALIVE_EXPIRY`), and the error s
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from shopsimrl_core.adapters._engine_choice import HTTP_TRANSPORT_MODES, select_transport
+from shopsimrl_core.adapters._tls import certificate_problem, untrusted_detail
 
 if TYPE_CHECKING:  # httpx is imported only when an httpx engine is built
     import httpx
@@ -58,7 +60,6 @@ __all__ = [
     "select_transport",
 ]
 
-HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "h1", "aiohttp", "httpx")
 KEEPALIVE_EXPIRY = 4.0
 #: the h1 engine never learns an idle expiry below this (seconds)
 MIN_KEEPALIVE_EXPIRY = 0.25
@@ -233,6 +234,9 @@ def _aiohttp_error(exc: BaseException) -> TransportError:
         return TransportError("ConnectTimeout", detail)
     if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
         return TransportError("ReadTimeout", detail if str(exc) else "timed out waiting for the response")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        reason = certificate_problem(str(exc.certificate_error)) or str(exc.certificate_error)
+        return TransportError("ConnectError", untrusted_detail(exc.host, exc.port or 443, reason))
     if isinstance(exc, aiohttp.ClientConnectorError):
         return TransportError("ConnectError", detail)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
@@ -262,6 +266,7 @@ class AiohttpEngine(_Engine):
         self._session: Any = None
         self._urls: dict[str, Any] = {}
         self._timeouts: dict[Any, Any] = {}
+        self._tls_context: Any = None
         self._closed = False
 
     def _client(self) -> Any:
@@ -277,6 +282,11 @@ class AiohttpEngine(_Engine):
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
+
+    def _tls(self) -> Any:
+        if self._tls_context is None:
+            self._tls_context = _tls()  # made on the first https request: http-only clients never pay for it
+        return self._tls_context
 
     def _timeout(self, read_timeout: Any) -> Any:
         read = self.read_timeout if read_timeout is _DEFAULT else read_timeout
@@ -301,6 +311,8 @@ class AiohttpEngine(_Engine):
         data: Any = body if body is None or len(body) < _TIMED_BODY else _timed_body(body, self.timeout)
         # the session's own timeout unless this call overrides the read timeout (saves a merge per call)
         extra: dict[str, Any] = {} if read_timeout is _DEFAULT else {"timeout": self._timeout(read_timeout)}
+        if url.startswith("https:"):
+            extra["ssl"] = self._tls()
         try:
             async with session.request(method, self._url(url), data=data, headers=headers, **extra) as response:
                 data = await response.read()
@@ -331,7 +343,8 @@ class AiohttpEngine(_Engine):
 
         try:
             timeout = self._timeout(_DEFAULT)
-            manager = session.request(method, self._url(url), data=body, headers=headers, timeout=timeout)
+            manager = session.request(method, self._url(url), data=body, headers=headers, timeout=timeout,
+                                      **({"ssl": self._tls()} if url.startswith("https:") else {}))
             response = await manager.__aenter__()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _aiohttp_error(exc) from None
@@ -351,6 +364,24 @@ class AiohttpEngine(_Engine):
 # -- httpx --------------------------------------------------------------------------------------
 
 
+def _tls() -> Any:
+    from shopsimrl_core.adapters._tls import tls_context
+
+    try:
+        return tls_context()
+    except OSError as exc:  # REQUESTS_CA_BUNDLE names nothing readable: every https request says so
+        raise TransportError("ConnectError", str(exc)) from None
+
+
+def _httpx_error(exc: BaseException) -> TransportError:
+    reason = certificate_problem(str(exc)) if type(exc).__name__ == "ConnectError" else None
+    if reason is not None:
+        request = getattr(exc, "_request", None)
+        host, port = (request.url.host, request.url.port or 443) if request is not None else ("?", 443)
+        return TransportError("ConnectError", untrusted_detail(host, port, reason))
+    return TransportError(type(exc).__name__, str(exc))
+
+
 class HttpxEngine(_Engine):
     """An ``httpx.AsyncClient`` (own pool, or the given *transport*); httpx errors become :class:`TransportError`."""
 
@@ -362,9 +393,16 @@ class HttpxEngine(_Engine):
         self.read_timeout = read_timeout
         # pool=None: waiting for a pooled connection is not an HTTP attempt timing out
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        verify: Any = True
+        self._tls_error: TransportError | None = None
+        if transport is None:
+            try:
+                verify = _tls()  # the same trust as the other engines (httpx alone would use certifi's bundle)
+            except TransportError as exc:
+                self._tls_error = exc  # raised by the first https request
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=timeout, read=read_timeout, write=timeout, pool=None),
-            limits=limits, trust_env=trust_env, transport=transport,
+            limits=limits, trust_env=trust_env, transport=transport, verify=verify,
         )
 
     def _extensions(self, read_timeout: Any) -> Any:
@@ -376,12 +414,14 @@ class HttpxEngine(_Engine):
     async def request(self, method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
                       read_timeout: Any = _DEFAULT) -> Reply:
         """Send one request and read its whole body. Raises :class:`TransportError`."""
+        if self._tls_error is not None and url.startswith("https:"):
+            raise self._tls_error
         try:
             response = await self._client.request(
                 method, url, content=body, headers=headers, timeout=self._extensions(read_timeout)
             )
         except self._httpx.RequestError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from None
+            raise _httpx_error(exc) from None
         return Reply(
             response.status_code, response.content, response.charset_encoding, response.headers.get("content-type")
         )
@@ -398,13 +438,13 @@ class HttpxEngine(_Engine):
                 async for chunk in response.aiter_bytes():
                     yield chunk
             except httpx.RequestError as exc:
-                raise TransportError(type(exc).__name__, str(exc)) from None
+                raise _httpx_error(exc) from None
 
         try:
             manager = self._client.stream(method, url, content=body, headers=headers)
             response = await manager.__aenter__()
         except httpx.RequestError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from None
+            raise _httpx_error(exc) from None
         try:
             yield StreamReply(
                 response.status_code, chunks(response), response.charset_encoding, response.headers.get("content-type")
@@ -415,64 +455,6 @@ class HttpxEngine(_Engine):
     async def aclose(self) -> None:
         """Close the client (and its transport). Idempotent."""
         await self._client.aclose()
-
-
-# -- selection ----------------------------------------------------------------------------------
-
-
-def _library_for(url: str) -> str | None:
-    """With ``trust_env``: the library that must carry *url*, or None to go direct (the h1 engine).
-
-    ``"httpx"`` for an ``ALL_PROXY`` or SOCKS proxy, ``"aiohttp"`` for an ``HTTP(S)_PROXY`` or
-    ``.netrc`` credentials for the host.
-    """
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    proxies = urllib.request.getproxies()
-    if not urllib.request.proxy_bypass(host):
-        chosen = proxies.get(parts.scheme)
-        if chosen is None and proxies.get("all"):
-            return "httpx"
-        if chosen is not None:
-            return "aiohttp" if chosen.lower().startswith(("http://", "https://")) else "httpx"
-    return "aiohttp" if _netrc_has(host) else None
-
-
-def _netrc_has(host: str) -> bool:
-    import netrc
-    import os
-
-    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
-    if not os.path.isfile(path):
-        return False
-    try:
-        return netrc.netrc(path).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False  # aiohttp would not use an unreadable file either
-
-
-def select_transport(url: str, *, mode: str = "auto", trust_env: bool = False) -> str:
-    """Name the engine a client of *url* uses: ``"h1"``, ``"aiohttp"`` or ``"httpx"``.
-
-    ``auto``: the h1 engine, unless the URL carries credentials (aiohttp) or *trust_env* is on and
-    the environment routes *url* elsewhere: an ``HTTP(S)_PROXY`` or ``.netrc`` entry → aiohttp;
-    ``ALL_PROXY`` without a scheme-specific proxy, or a ``socks5://``-style proxy → httpx.
-    ``h1``, ``aiohttp``, ``httpx``: always that engine (h1 never uses a proxy).
-
-    Raises:
-        ValueError: unknown *mode*, or a URL that is not ``http://`` / ``https://``.
-    """
-    if mode not in HTTP_TRANSPORT_MODES:
-        raise ValueError(f"http_transport must be one of {', '.join(HTTP_TRANSPORT_MODES)} (got {mode!r})")
-    if not url.lower().startswith(("http://", "https://")):
-        raise ValueError(f"only http:// and https:// URLs are supported (got {url!r})")
-    if mode == "auto":
-        if "@" in url.split("/", 3)[2]:  # user:password@host: aiohttp sends it as Basic auth
-            return "aiohttp"
-        return (_library_for(url) if trust_env else None) or "h1"
-    return mode
 
 
 def build_engine(url: str, *, mode: str, timeout: float, read_timeout: float | None, max_connections: int,

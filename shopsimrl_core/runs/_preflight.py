@@ -63,6 +63,23 @@ class PreflightReport:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_TLS_FIX = "name the server's CA with SSL_CERT_FILE or REQUESTS_CA_BUNDLE (docs/runtime.md#http-transport)"
+
+
+def _untrusted(exc: BaseException) -> str | None:
+    """The certificate failure behind a transport failure, as the problem of a preflight line; else None."""
+    from shopsimrl_core.adapters._tls import certificate_problem
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        reason = certificate_problem(str(exc))
+        if reason is not None:
+            return f"the server's TLS certificate is not trusted ({reason})"
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
+
+
 def _reason(exc: BaseException) -> str | None:
     """A stable description of a transport failure (HTTP engines word their errors differently)."""
     seen: set[int] = set()
@@ -98,6 +115,10 @@ async def _check_environment(config: Any, transport: httpx.AsyncBaseTransport | 
         try:
             health = await client.health()
         except ShopSimulatorError as exc:
+            untrusted = _untrusted(exc)
+            if untrusted is not None:  # not "nothing answers there": the handshake failed (issue 24)
+                raise _fail(label, "environment.base_url", f"GET {env.base_url.rstrip('/')}/healthz: {untrusted}",
+                            _TLS_FIX, "tls-untrusted") from None
             reason = _reason(exc)
             problem = f"GET {env.base_url.rstrip('/')}/healthz: {reason}" if reason else exc.one_line()
             raise _fail(
@@ -149,6 +170,9 @@ async def _check_models(config: Any, transport: httpx.AsyncBaseTransport | None)
     try:
         response = await engine.request("GET", url, headers=_headers(config))
     except TransportError as exc:
+        untrusted = _untrusted(exc)
+        if untrusted is not None:
+            raise _fail(label, "model.base_url", f"GET {url}: {untrusted}", _TLS_FIX, "tls-untrusted") from None
         raise _fail(
             label,
             "model.base_url",

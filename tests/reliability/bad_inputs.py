@@ -35,12 +35,14 @@ START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
 
 @dataclass
 class Servers:
-    """URLs of the real servers some cases need (a sandbox, and an HTML page server)."""
+    """URLs of the real servers some cases need (a sandbox, an HTML page server, a self-signed HTTPS server)."""
 
     env_url: str
     policy_url: str
     served_model: str
     html_url: str
+    tls_url: str = ""
+    """``https://127.0.0.1:<port>`` answering /healthz and /v1/models, its certificate self-signed."""
 
 
 @dataclass(frozen=True)
@@ -1006,6 +1008,22 @@ CASES: list[Case] = [
         needs_servers=True,
     ),
     Case(
+        "env-tls-untrusted",
+        "environment URL over HTTPS with a self-signed certificate (no CA given)",
+        server_case("environment.base_url", lambda s: s.tls_url),
+        2,
+        "tls-untrusted",
+        needs_servers=True,
+    ),
+    Case(
+        "model-tls-untrusted",
+        "model URL over HTTPS with a self-signed certificate (no CA given)",
+        server_case("model.base_url", lambda s: s.tls_url + "/v1"),
+        2,
+        "tls-untrusted",
+        needs_servers=True,
+    ),
+    Case(
         "model-url-no-v1",
         "model URL without `/v1` (GET /models answers 404)",
         server_case("model.base_url", lambda s: s.policy_url[: -len("/v1")]),
@@ -1096,6 +1114,57 @@ def html_server() -> Iterator[str]:
         server.server_close()
 
 
+class _Tls(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.endswith("/models"):
+            body = json.dumps({"object": "list", "data": [{"id": "served", "object": "model"}]}).encode()
+        else:
+            body = json.dumps({"status": "ok", "environment_slots": 1, "free_slots": 1}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def make_certificate(folder: Path) -> tuple[Path, Path]:
+    """A fresh self-signed certificate for 127.0.0.1 (``openssl req``): ``(cert.pem, key.pem)``."""
+    import subprocess
+
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+@contextlib.contextmanager
+def tls_server() -> Iterator[tuple[str, Path]]:
+    """A real HTTPS server on a free loopback port with a self-signed certificate; yields its URL and the
+    certificate (the CA a client would need)."""
+    import ssl
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tls-") as tmp:
+        cert, key = make_certificate(Path(tmp))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Tls)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"https://127.0.0.1:{server.server_address[1]}", cert
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
 def table_rows(results: list[tuple[Case, str]]) -> list[str]:
     rows = ["| # | malformed input | exit | the one line on stderr |", "|---|---|---|---|"]
     for number, (case, line) in enumerate(results, start=1):
@@ -1127,8 +1196,8 @@ def main() -> int:
     from shopsim_sandbox.testing import SandboxServer
 
     results: list[tuple[Case, str]] = []
-    with SandboxServer(slots=2) as sandbox, html_server() as html:
-        servers = Servers(sandbox.env_url, sandbox.policy_url or "", sandbox.served_model or "", html)
+    with SandboxServer(slots=2) as sandbox, html_server() as html, tls_server() as (tls, _):
+        servers = Servers(sandbox.env_url, sandbox.policy_url or "", sandbox.served_model or "", html, tls)
         for case in CASES:
             with tempfile.TemporaryDirectory() as tmp:
                 outcome = run_case(case, Path(tmp) / "case", servers)

@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bad_inputs import CASES, Case, Servers, documented_rows, html_server, normalise, run_case
+from bad_inputs import CASES, Case, Servers, documented_rows, html_server, normalise, run_case, tls_server
 
 
 @pytest.fixture(scope="module")
 def servers(sandbox: Any) -> Iterator[Servers]:
-    with html_server() as html:
-        yield Servers(sandbox.env_url, sandbox.policy_url, sandbox.served_model, html)
+    with html_server() as html, tls_server() as (tls, _):
+        yield Servers(sandbox.env_url, sandbox.policy_url, sandbox.served_model, html, tls)
 
 
 def test_the_catalogue_is_big_enough() -> None:
-    assert len(CASES) >= 90
+    assert len(CASES) >= 140
     assert len({case.id for case in CASES}) == len(CASES)
 
 
