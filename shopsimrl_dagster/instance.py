@@ -59,7 +59,9 @@ def run_worker_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
     """
     pid = None
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
-        message = entry.user_message or ""
+        # Events reported straight to the instance (``report_engine_event``: "Started process for run",
+        # the only one a Celery run worker writes) carry their text in the event, not in user_message.
+        message = entry.user_message or (entry.dagster_event.message if entry.dagster_event else None) or ""
         if not message.startswith(_WORKER_MESSAGES):
             continue
         event = entry.dagster_event
@@ -99,7 +101,10 @@ class LocalProcessRunLauncher(dg.DefaultRunLauncher):
     STARTED forever and keeps its place in the per-endpoint run queue. This launcher reports a run
     whose worker process no longer exists as FAILED; the run monitor (``run_monitoring`` in
     ``dagster.yaml``) then marks the run failed, which frees its queue slot, and run retries
-    relaunch it (the rollout resumes, so finished episodes are kept).
+    relaunch it (the rollout resumes, so finished episodes are kept). When the monitor is first to see
+    the worker gone, a run whose steps run on Celery workers is reported FAILED only once those steps
+    stopped (``deploy.celery_steps``; the code server that started the worker may fail it sooner, and
+    the steps then stop at their next heartbeat).
     """
 
     @property
@@ -115,6 +120,17 @@ class LocalProcessRunLauncher(dg.DefaultRunLauncher):
             return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not reported its pid yet")
         if _process_alive(pid):
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker pid {pid} is alive", run_worker_id=str(pid))
+        # Steps of the run on Celery workers outlive their run worker: stop them before the run is
+        # marked failed, so none calls an endpoint or writes an event after (docs/scaling.md).
+        from .deploy.celery_steps import celery_steps_still_running
+
+        running = celery_steps_still_running(self._instance, run.run_id, f"run worker pid {pid} is gone")
+        if running:
+            return CheckRunHealthResult(
+                WorkerStatus.RUNNING,
+                f"run worker pid {pid} is gone; waiting for its Celery step(s) {', '.join(running)} to stop",
+                run_worker_id=str(pid),
+            )
         return CheckRunHealthResult(
             WorkerStatus.FAILED, f"run worker pid {pid} is gone (killed or crashed)", run_worker_id=str(pid)
         )

@@ -120,6 +120,16 @@ def evaluation_executor(execution: ExecutionSettings) -> dg.ExecutorDefinition:
             from dagster_k8s import k8s_job_executor  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise _missing("k8s_job", "dagster-k8s", "k8s") from None
+        # Validated now, by Dagster's own config system, so a bad key fails loading the definitions
+        # (`dg check defs`) rather than the first run.
+        from dagster._config import process_config
+
+        checked = process_config(k8s_job_executor.config_schema.config_type, dict(execution.k8s))
+        if not checked.success:
+            from shopsimrl_core import ConfigError
+
+            errors = "; ".join(error.message for error in checked.errors or [])
+            raise ConfigError(f"execution.k8s: {errors}", code="pipeline-config-invalid")
         return k8s_job_executor.configured(dict(execution.k8s), name="k8s_job")
     try:
         import dagster_celery  # noqa: F401
