@@ -36,7 +36,10 @@ def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_sett
         }
         train = run_job(location, "evaluate_train", instance, "ckpt-step-000200")
         for result in [*results.values(), train]:
-            assert len(_checks(result)) == 5 and all(_checks(result).values())
+            # The rollout's five checks; the val run of step 200 also has a comparison, and its regression check.
+            assert len(_checks(result)) == 5 + (result is results["ckpt-step-000200"]) and all(_checks(result).values())
+        assert _checks(results["ckpt-step-000200"])["no_regression_vs_best"] is True
+        for result in [*results.values(), train]:
             # Evaluation jobs materialize evaluation assets only (never the skills lineage).
             keys = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
             assert all(k.split("/")[0] in ("val", "train") for k in keys), keys
