@@ -45,12 +45,16 @@ def proxy(sandbox: Any, request: pytest.FixtureRequest) -> Iterator[RecordingPro
         server.stop()
 
 
-def _setup(cluster: Cluster, proxy: RecordingProxy) -> Path:
-    """Register one checkpoint per proxy alias on the proxy's URL; the plans; the runs root."""
+def _setup(cluster: Cluster, proxy: RecordingProxy, first_step: int) -> Path:
+    """Register one checkpoint per proxy alias on the proxy's URL; the plans; the runs root.
+
+    Training steps from *first_step* up, above every other test's checkpoints in the session's
+    registry, so no other evaluation takes one of these as its "previous" comparison baseline.
+    """
     settings = load_pipeline_settings(cluster.settings_path)
-    for step, alias in enumerate(proxy.aliases, start=1):
+    for offset, alias in enumerate(proxy.aliases):
         register_checkpoint(settings.checkpoint_registry,
-                            Checkpoint(alias, 100 * step, served_model=alias, endpoint=proxy.url))
+                            Checkpoint(alias, first_step + 100 * offset, served_model=alias, endpoint=proxy.url))
         cluster.add_partition(alias)
     cluster.prepare_plans()
     return settings.runs_root
@@ -110,7 +114,7 @@ def _free_slots(sandbox: Any) -> tuple[int, int]:
 @pytest.mark.parametrize("proxy", [(["lost-worker-a", "lost-worker-b"], 0.15)], indirect=True)
 def test_a_sigkilled_celery_worker_s_step_is_rerun_on_the_other_worker(cluster: Cluster, proxy: RecordingProxy,
                                                                         sandbox: Any) -> None:
-    runs_root = _setup(cluster, proxy)
+    runs_root = _setup(cluster, proxy, first_step=10_100)
     first, second = proxy.aliases
     run_a = cluster.launch(JOB, cluster.partition_tags(JOB, first))
     run_b = cluster.launch(JOB, cluster.partition_tags(JOB, second))  # same endpoint: queued behind run_a
@@ -157,7 +161,7 @@ def test_a_sigkilled_celery_worker_s_step_is_rerun_on_the_other_worker(cluster: 
 
 @pytest.mark.parametrize("proxy", [(["orphan-a", "orphan-b"], 0.4)], indirect=True)
 def test_a_step_whose_run_worker_died_stops_before_its_run_is_failed(cluster: Cluster, proxy: RecordingProxy) -> None:
-    runs_root = _setup(cluster, proxy)
+    runs_root = _setup(cluster, proxy, first_step=20_100)
     first, second = proxy.aliases
     # No run retry for the killed run: its requests must be its orphan step's alone.
     run_a = cluster.launch(JOB, {**cluster.partition_tags(JOB, first), "dagster/max_retries": "0"})
