@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
-from shopsimrl_core.adapters._env_retry import retry_reason
+from shopsimrl_core.adapters._env_retry import lease_in, may_have_acted, retry_reason, settle_lost_reset
 from shopsimrl_core.adapters._http import TransportError, build_engine, select_transport
 from shopsimrl_core.adapters._json import dumps, loads, loads_finite
 
@@ -289,6 +289,8 @@ class ShopSimulatorClient:
                 env_idx=env_idx,
                 action=action,
                 retry=retry_reason(action, failure=exc),
+                # sent and unanswered (or cut off): the server may have granted, or grant later, a lease
+                may_hold_lease=action == "reset" and may_have_acted(exc),
             ) from exc
         status = response.status
         undecodable = ""
@@ -320,6 +322,9 @@ class ShopSimulatorClient:
                 env_idx=env_idx,
                 action=action,
                 status=status,
+                # a 2xx reset granted a lease the body does not show whole: the ids, if they made it
+                may_hold_lease=action == "reset",
+                lost_lease=lease_in(response.data) if action == "reset" else None,
             )
         if error:
             raise ShopSimulatorError(
@@ -391,6 +396,9 @@ class EnvironmentSession:
             result = await asyncio.shield(post)
         except asyncio.CancelledError:
             self.client._adopt_cancelled_reset(post)
+            raise
+        except ShopSimulatorError as exc:
+            await settle_lost_reset(self.client, exc)
             raise
         env_idx, lease_id = result.get("env_idx"), result.get("lease_id")
         if isinstance(env_idx, int) and not isinstance(env_idx, bool) and isinstance(lease_id, str) and lease_id:

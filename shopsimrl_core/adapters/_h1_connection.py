@@ -112,7 +112,9 @@ class Connection(asyncio.Protocol):
         elif isinstance(exc, OSError) and not isinstance(exc, ConnectionResetError):
             self._fail(TransportError("ReadError", str(exc) or type(exc).__name__))
         else:
-            self._fail(TransportError("RemoteProtocolError", _INCOMPLETE if self.started else _NO_RESPONSE))
+            failure = TransportError("RemoteProtocolError", _INCOMPLETE if self.started else _NO_RESPONSE)
+            failure.answered = self.started  # the server handled the request: its answer was cut off
+            self._fail(failure)
 
     def pause_writing(self) -> None:
         self._paused_writing = True

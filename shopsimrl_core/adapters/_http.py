@@ -81,6 +81,9 @@ class TransportError(Exception):
         """True when a reused keep-alive connection was closed by the server before any byte of an
         answer arrived: the signature of a server closing an idle connection just as the request was
         sent, which it then never read (set by the h1 engine; the other engines cannot tell)."""
+        self.answered = False
+        """True when the answer had begun (status line received) and was cut off: the server handled the
+        request (set by the h1 and aiohttp engines)."""
 
 
 class Reply:
@@ -242,7 +245,9 @@ def _aiohttp_error(exc: BaseException) -> TransportError:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return TransportError("RemoteProtocolError", "Server disconnected without sending a complete response.")
     if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
-        return TransportError("RemoteProtocolError", detail)
+        failure = TransportError("RemoteProtocolError", detail)
+        failure.answered = isinstance(exc, aiohttp.ClientPayloadError)  # the body of an answer was cut off
+        return failure
     if isinstance(exc, aiohttp.InvalidURL):
         return TransportError("UnsupportedProtocol", detail)
     if isinstance(exc, (aiohttp.ClientOSError, OSError)):

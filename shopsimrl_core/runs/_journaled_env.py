@@ -63,6 +63,9 @@ class SlotBudget:
     def __init__(self, probe: Callable[[], Any] | None = None) -> None:
         self.capacity: int | None = None
         self.used = 0
+        self.lost = 0
+        """Units (in ``used``) of resets whose answer was lost or cut after the server may have granted a
+        lease: never given back, forgiven when ``/healthz`` shows the server has those slots free."""
         self._probe = probe
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -108,6 +111,15 @@ class SlotBudget:
         self.used = max(0, self.used - 1)
         self._wake()
 
+    def keep_lost(self) -> None:
+        """The unit of a reset whose answer was lost after the server may have granted it stays used."""
+        self.lost += 1
+
+    @property
+    def exhausted_by_lost(self) -> bool:
+        """Every unit is held by a lost answer: no reset of this run can ever give one back."""
+        return self.capacity is not None and self.lost > 0 and self.lost >= self.capacity
+
     async def _grow(self) -> None:
         if self._probe is None or self.capacity is None:
             return
@@ -117,7 +129,12 @@ class SlotBudget:
             return
         free = health.get("free_slots") if isinstance(health, dict) else None
         if isinstance(free, int) and not isinstance(free, bool) and free > 0:
-            # every reset of ours is counted in used (granted, or waiting in the server only when
+            # more free than we think: first the lost answers that held nothing (the server dropped
+            # those resets) come back, then the rest is slots another client released
+            forgiven = min(self.lost, max(0, free - (self.capacity - self.used)))
+            self.lost -= forgiven
+            self.used -= forgiven
+            # every other reset of ours is counted in used (granted, or waiting in the server only when
             # others took the slots: then free is 0), so used + free is what the server can give us
             self.capacity = max(self.capacity, self.used + free)
             self._wake()
@@ -151,6 +168,8 @@ class JournaledEnvironment:
         """Slots the run can use at once (its concurrency): fewer free at the start is said in one line."""
         self.budget = SlotBudget(self.client.health)
         self.unanswered_at_start = 0
+        self.last_lost = ""
+        """The last reset answer this run lost after the server may have granted it (one line)."""
         self.reset_wait_seconds = reset_wait_seconds
         self.release_retry_seconds = release_retry_seconds
         self.notice_after_seconds = min(notice_after_seconds, reset_wait_seconds)
@@ -271,7 +290,10 @@ class JournaledEnvironment:
         if free == slots and unanswered:
             # every slot is free: the unanswered resets of killed invocations hold nothing (any more)
             mine = self.base_url.rstrip("/")
-            self.journal.compact(keep_unanswered=lambda e: str(e.get("base_url", "")).rstrip("/") != mine)
+            self.journal.compact(
+                keep_unanswered=lambda e: str(e.get("base_url", "")).rstrip("/") != mine,
+                drop_lost=lambda e: str(e.get("base_url", "")).rstrip("/") == mine,
+            )
         wanted = min(self.wanted_slots or slots, slots)
         if free < wanted:
             self.notice(
@@ -374,9 +396,19 @@ class JournaledSession:
 
         # A timer and a timeout on this task, not a task of its own and asyncio.wait: each of those
         # costs a pass through the loop's ready queue, several ms per reset at 256 in flight.
+        if owner.budget.exhausted_by_lost:
+            await owner.budget._grow()  # unless the server shows some of those slots free after all
+            if owner.budget.exhausted_by_lost:
+                raise ShopSimulatorError(
+                    f"environment reset: no slot of {owner.base_url} can come free: the server may hold all "
+                    f"{owner.budget.lost} for resets of this run whose answer was lost ({owner.last_lost}); restart "
+                    "the environment server, or set environment.exclusive: true if this run is its only client",
+                    code="environment-slots-lost",
+                )
         notice = asyncio.get_running_loop().call_later(owner.notice_after_seconds, start_waiting)
         deadline = asyncio.timeout(owner.reset_wait_seconds)
         key: str | None = None
+        lost = False
         try:
             async with deadline:
                 await owner.budget.take()  # a unit of the server's slots, before anything is sent
@@ -387,6 +419,11 @@ class JournaledSession:
                 # on expiry the wrapped reset is cancelled: it finishes in the background and
                 # releases a lease granted after this
                 return await self.inner.reset(task_id)
+        except ShopSimulatorError as exc:
+            if getattr(exc, "may_hold_lease", False):
+                lost = True  # the server may hold a lease for it: the unit stays used, the intent unanswered
+                owner.last_lost = exc.one_line().split("; ")[0].removeprefix("environment reset ")[:160]
+            raise
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -405,6 +442,14 @@ class JournaledSession:
                 except OSError:
                     await self.close()
                     raise
+            elif self._budgeted and lost:
+                self._budgeted = False
+                owner.budget.keep_lost()
+                if key is not None:
+                    try:
+                        owner.journal.lost(key, owner.base_url)  # stays unanswered: the next start knows
+                    except OSError:
+                        pass
             elif self._budgeted:
                 # no lease this run knows of: the reset failed, gave up or was cancelled (a cancelled
                 # reset's late lease is released by the adapter in the background)

@@ -115,6 +115,16 @@ class LeaseJournal:
             durable=False,
         )
 
+    def lost(self, key: str, base_url: str) -> None:
+        """Record that the answer to reset *key* was lost or cut after the server may have granted it.
+
+        The reset stays unanswered, and unlike other unanswered resets of a run that ended normally it is
+        kept by :meth:`compact` until a start finds its server with every slot free.
+        """
+        self._append(
+            {"op": "lost", "key": key, "base_url": base_url, "invocation_id": self.invocation_id, "at": _now()}
+        )
+
     def acquired(self, env_idx: int, lease_id: str, base_url: str, key: str | None = None) -> None:
         """Record a granted lease (call before the lease is used); *key* settles the reset that asked for it."""
         entry: dict[str, Any] = {
@@ -188,6 +198,10 @@ class LeaseJournal:
             if op == "no-lease" and isinstance(key, str):
                 asked.pop(key, None)
                 continue
+            if op == "lost" and isinstance(key, str):
+                if key in asked:
+                    asked[key] = {**asked[key], "lost": True}
+                continue
             if not isinstance(entry.get("lease_id"), str):
                 continue
             if op == "acquired":
@@ -198,16 +212,27 @@ class LeaseJournal:
                 held.pop(entry["lease_id"], None)
         return list(held.values()), list(asked.values())
 
-    def compact(self, *, keep_unanswered: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def compact(
+        self,
+        *,
+        keep_unanswered: Callable[[dict[str, Any]], bool] | None = None,
+        drop_lost: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         """Rewrite the journal atomically; remove the file when nothing is left.
 
-        It keeps the outstanding leases and the unanswered resets *keep_unanswered* selects (none by
-        default). Unanswered resets of a killed invocation stay until a start finds their server with every slot
+        It keeps the outstanding leases, the unanswered resets *keep_unanswered* selects (none by default)
+        and every reset whose answer was lost (:meth:`lost`) unless *drop_lost* selects it. Unanswered
+        resets of a killed invocation, and lost ones, stay until a start finds their server with every slot
         free (:meth:`JournaledEnvironment.reconcile`): until then they explain the missing slots.
         """
         self.close()  # the file is replaced or removed: later lines go to the new one
         held, asked = self._state()
-        left = held + ([e for e in asked if keep_unanswered(e)] if keep_unanswered is not None else [])
+        left = held + [
+            e
+            for e in asked
+            if (e.get("lost") and not (drop_lost is not None and drop_lost(e)))
+            or (keep_unanswered is not None and keep_unanswered(e))
+        ]
         if not left:
             self.path.unlink(missing_ok=True)
             return

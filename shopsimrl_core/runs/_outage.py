@@ -67,10 +67,13 @@ def suspected_service(record: dict[str, Any]) -> str | None:
 
 
 class EndpointFaultNotices:
-    """Tells the console once per kind of endpoint fault (call it with every failed record).
+    """Tells the console once per kind of fault that fails attempts (call it with every failed record).
 
-    The line names the endpoint and the body's first bytes (from the error message) and says that the
-    attempt failed instead of being charged to the model.
+    Model endpoint faults: the line names the endpoint and the body's first bytes (from the error
+    message) and says that the attempt failed instead of being charged to the model. Failed resets
+    (issue 24: an answer cut short or not JSON, no slot left): the line is the error itself — what the
+    environment answered and whether the server may hold a slot for it — so a run that ends with exit 1
+    has said why, not only shown its progress.
     """
 
     def __init__(self, notice: Callable[[str], Any]) -> None:
@@ -79,18 +82,25 @@ class EndpointFaultNotices:
 
     def __call__(self, record: dict[str, Any]) -> None:
         error = record.get("error")
-        if record.get("status") != "failed" or not isinstance(error, dict) or error.get("type") not in _ENDPOINT_TYPES:
+        if record.get("status") != "failed" or not isinstance(error, dict):
             return
         message = " ".join(str(error.get("message", "")).split())
-        kind = message.split(" with ", 1)[-1][:60]
+        if error.get("type") in _ENDPOINT_TYPES:
+            kind = message.split(" with ", 1)[-1][:60]
+            line = (
+                f"{message[:400]} — an endpoint fault (proxy error page or crashed server), not the model's answer: "
+                "the attempt is stored as failed and retried, never as a completed episode"
+            )
+        elif error.get("type") in _ENV_TYPES and error.get("stage") == "reset":
+            kind = "reset:" + "".join("#" if c.isdigit() else c for c in message)[:80]
+            line = f"{message[:400]} — the attempt is stored as failed and retried"
+        else:
+            return
         if kind in self._told:
             return
         self._told.add(kind)
         try:
-            self._notice(
-                f"{message[:400]} — an endpoint fault (proxy error page or crashed server), not the model's answer: "
-                "the attempt is stored as failed and retried, never as a completed episode"
-            )
+            self._notice(line)
         except Exception:  # a broken display must not stop the run
             pass
 
