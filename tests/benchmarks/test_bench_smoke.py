@@ -7,11 +7,11 @@ scenario without failed episodes and writes a well-formed JSON document and plot
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from testkit.deadlines import run_watched
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder, not an installed package
@@ -21,6 +21,9 @@ from benchmarks.core_throughput import steady_rate  # noqa: E402
 from benchmarks.run_all import discover  # noqa: E402
 
 TIMING_KEYS = {"model_ms", "env_ms", "harness_ms"}
+# Each benchmark prints a line per scenario and repeat: fail only after this long without one (issue 24:
+# fixed totals of 120-300 s failed these smoke runs at load 20 on 2 cores while they were progressing).
+STALL_S = 180
 
 
 def _check_row(row: dict, where: str) -> None:
@@ -33,8 +36,8 @@ def _check_row(row: dict, where: str) -> None:
 @pytest.mark.slow
 def test_core_throughput_quick_run_writes_complete_results(tmp_path: Path) -> None:
     out = tmp_path / "core.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.core_throughput", "--quick", "--repeats", "1",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_watched([sys.executable, "-m", "benchmarks.core_throughput", "--quick", "--repeats", "1",
+                        "--out", str(out)], cwd=ROOT, stall_seconds=STALL_S)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert doc["schema"] == "shopsimrl-bench-core-throughput-v1"
@@ -85,12 +88,8 @@ def test_run_all_discovers_every_benchmark_module() -> None:
 
 def test_client_shape_quick_run_measures_whole_processes_beside_the_reference(tmp_path: Path) -> None:
     out = tmp_path / "shape.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.client_shape", "--quick", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_watched(
+        [sys.executable, "-m", "benchmarks.client_shape", "--quick", "--out", str(out)], cwd=ROOT, stall_seconds=STALL_S
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text(encoding="utf-8"))
@@ -111,7 +110,7 @@ def test_client_shape_quick_run_measures_whole_processes_beside_the_reference(tm
 
 def test_http_engines_quick_run_compares_every_available_engine(tmp_path: Path) -> None:
     out = tmp_path / "engines.json"
-    done = subprocess.run(
+    done = run_watched(
         [
             sys.executable,
             "-m",
@@ -123,9 +122,7 @@ def test_http_engines_quick_run_compares_every_available_engine(tmp_path: Path) 
             str(out),
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        stall_seconds=STALL_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text(encoding="utf-8"))

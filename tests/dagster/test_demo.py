@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from testkit.deadlines import Watched, run_watched
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,16 +23,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The demo prints a block per evaluation and Dagster logs every step: fail only after this long without a
+# line (issue 24: a fixed 300 s failed the demo at load 20 on 2 cores while it was progressing).
+STALL_S = 300
+
+
 def _demo(settings: Path, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SHOPSIMRL_PIPELINE_CONFIG": str(settings)}
-    return subprocess.run(
-        [sys.executable, "-m", "shopsimrl_dagster.demo", "--dagster-home", str(home)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_watched([sys.executable, "-m", "shopsimrl_dagster.demo", "--dagster-home", str(home)],
+                       cwd=REPO_ROOT, env=env, stall_seconds=STALL_S)
 
 
 def _block(stdout: str, checkpoint: str, suite: str) -> str:
@@ -55,13 +55,12 @@ def test_two_demos_at_once_serve_three_checkpoints_on_free_ports_and_resume(tmp_
         settings = settings_writer(folder, val_sample=None)
         env = {**os.environ, "SHOPSIMRL_PIPELINE_CONFIG": str(settings)}
         argv = [sys.executable, "-m", "shopsimrl_dagster.demo", "--dagster-home", str(folder / "home")]
-        runs.append((folder, subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True)))
+        runs.append((folder, Watched(argv, cwd=REPO_ROOT, env=env, stall_seconds=STALL_S)))
     outputs = []
     for folder, process in runs:
-        stdout, stderr = process.communicate(timeout=900)
-        assert process.returncode == 0, stdout + stderr
-        outputs.append((folder, stdout))
+        done = process.wait()
+        assert done.returncode == 0, done.stdout + done.stderr
+        outputs.append((folder, done.stdout))
     folder, stdout = outputs[0]
     assert "demo: sandbox started on free ports" in stdout
     successes = []
