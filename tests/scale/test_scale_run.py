@@ -99,16 +99,40 @@ def test_without_replicas_steps_do_not_name_one(tmp_path: Path, sandbox: Any) ->
 
 
 def _lease_servers(run_dir: Path) -> set[str]:
+    # Leases a dead server granted cannot be released: they stay in the journal after the run.
     entries = [json.loads(line) for line in (run_dir / "leases.jsonl").read_text(encoding="utf-8").splitlines()]
     return {e["base_url"].rstrip("/") for e in entries if e["op"] == "acquired"}
+
+
+class _LeaseServers:
+    """A progress listener that reads the lease journal while the run holds leases (a clean run removes it)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.journal = run_dir / "leases.jsonl"
+        self.servers: set[str] = set()
+
+    def __call__(self, event: Any) -> None:
+        try:
+            lines = self.journal.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if entry.get("op") == "acquired":
+                self.servers.add(entry["base_url"].rstrip("/"))
 
 
 def test_two_environment_servers_share_a_run(tmp_path: Path, sandbox: Any, second_sandbox: Any) -> None:
     servers = [sandbox.env_url, second_sandbox.env_url]
     config = _config(tmp_path, sandbox, "two-envs", environment={"base_urls": servers})
-    result = core.run_evaluation(config)
+    leases = _LeaseServers(config.run_dir)
+    result = core.run_evaluation(config, progress=leases)
     assert _complete_episodes(result) == EPISODES, result.summary.get("errors")
-    assert _lease_servers(result.run_dir) == {u.rstrip("/") for u in servers}
+    assert leases.servers == {u.rstrip("/") for u in servers}
+    assert not (result.run_dir / "leases.jsonl").exists()  # nothing outstanding after a clean run
     legacy = core.build_plan(_config(tmp_path, sandbox, "two-envs"))
     assert json.loads((result.run_dir / "manifest.json").read_text())["plan_fingerprint"] == legacy.fingerprint
 
