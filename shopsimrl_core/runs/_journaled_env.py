@@ -22,7 +22,6 @@ three more rules close or expose the windows a SIGKILL leaves (issue 24, docs/ru
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import time
@@ -31,113 +30,16 @@ from typing import Any
 
 from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core.runs._leases import JOURNAL_NAME, LeaseJournal
+from shopsimrl_core.runs._slot_budget import SlotBudget, SlotsLost
 
-__all__ = ["JournaledEnvironment", "JournaledSession", "SlotBudget"]
+__all__ = ["JournaledEnvironment", "JournaledSession", "SlotBudget", "SlotsLost"]
 
 _NOTICE_EVERY_S = 30.0
-#: a reset waiting this long for the client-side budget asks ``/healthz`` whether slots were freed
-_BUDGET_PROBE_S = 2.0
 
 
 class _DropIgnoredRelease(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "ignored" not in record.getMessage()
-
-
-class SlotBudget:
-    """How many resets this run may have at the server at once (granted leases and resets in flight).
-
-    ``capacity`` None: no limit (the server's slot count is unknown). Otherwise a reset takes a unit
-    before it is sent and gives it back once its lease is released (or it ended without one), so no
-    reset of this run waits inside the server for a slot another of its episodes holds: a waiting
-    reset of a killed run would be granted later to nobody (the real server does not notice that its
-    client has gone). A reset waiting here for :data:`_BUDGET_PROBE_S` asks *probe* (``/healthz``)
-    whether the server has more free slots (another client released some) and grows the capacity.
-
-    Units go to waiting resets first come, first served: a unit given back is handed to the longest
-    waiter before a newcomer can take it. (Handing it to whoever asks next let the worker that just
-    released a slot take it again for its next episode, so with more episodes in flight than slots a
-    few resets waited for the whole run and, on a long one, ran into ``environment.reset_wait_seconds``.)
-    """
-
-    def __init__(self, probe: Callable[[], Any] | None = None) -> None:
-        self.capacity: int | None = None
-        self.used = 0
-        self.lost = 0
-        """Units (in ``used``) of resets whose answer was lost or cut after the server may have granted a
-        lease: never given back, forgiven when ``/healthz`` shows the server has those slots free."""
-        self._probe = probe
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def _free(self) -> bool:
-        return self.capacity is None or self.used < self.capacity
-
-    def _wake(self) -> None:
-        while self._waiters and self._free():
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                self.used += 1  # the unit is the waiter's from now on
-                waiter.set_result(None)
-
-    def set_capacity(self, capacity: int | None) -> None:
-        self.capacity = capacity
-        self._wake()
-
-    async def take(self) -> None:
-        """Wait for a unit, in arrival order (cancellable; the caller's own deadline bounds the wait)."""
-        if not self._waiters and self._free():
-            self.used += 1
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            while not waiter.done():
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), _BUDGET_PROBE_S)
-                except TimeoutError:
-                    await self._grow()
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # granted as the wait was cancelled: pass it on
-            else:
-                waiter.cancel()
-                try:
-                    self._waiters.remove(waiter)
-                except ValueError:
-                    pass
-            raise
-
-    def give(self) -> None:
-        self.used = max(0, self.used - 1)
-        self._wake()
-
-    def keep_lost(self) -> None:
-        """The unit of a reset whose answer was lost after the server may have granted it stays used."""
-        self.lost += 1
-
-    @property
-    def exhausted_by_lost(self) -> bool:
-        """Every unit is held by a lost answer: no reset of this run can ever give one back."""
-        return self.capacity is not None and self.lost > 0 and self.lost >= self.capacity
-
-    async def _grow(self) -> None:
-        if self._probe is None or self.capacity is None:
-            return
-        try:
-            health = await self._probe()
-        except Exception:
-            return
-        free = health.get("free_slots") if isinstance(health, dict) else None
-        if isinstance(free, int) and not isinstance(free, bool) and free > 0:
-            # more free than we think: first the lost answers that held nothing (the server dropped
-            # those resets) come back, then the rest is slots another client released
-            forgiven = min(self.lost, max(0, free - (self.capacity - self.used)))
-            self.lost -= forgiven
-            self.used -= forgiven
-            # every other reset of ours is counted in used (granted, or waiting in the server only when
-            # others took the slots: then free is 0), so used + free is what the server can give us
-            self.capacity = max(self.capacity, self.used + free)
-            self._wake()
 
 
 class JournaledEnvironment:
@@ -230,6 +132,15 @@ class JournaledEnvironment:
             self.leases_released += 1
             return True
 
+    def slots_lost(self) -> ShopSimulatorError:
+        """The error of a reset that cannot get a slot: every one is held for a reset whose answer was lost."""
+        return ShopSimulatorError(
+            f"environment reset: no slot of {self.base_url} can come free: the server may hold all "
+            f"{self.budget.lost} for resets of this run whose answer was lost ({self.last_lost}); restart "
+            "the environment server, or set environment.exclusive: true if this run is its only client",
+            code="environment-slots-lost",
+        )
+
     def slot_returned(self) -> None:
         """A lease of this run was released (or a reset ended without one): the budget may send another reset."""
         self.budget.give()
@@ -301,7 +212,13 @@ class JournaledEnvironment:
                 f"{cause}; restart the environment server to free them, or set environment.exclusive: true "
                 "if this run is its only client (the start then frees every slot)"
             )
-        self.budget.set_capacity(max(free, 0))
+        # The slots unanswered resets of killed invocations may hold are this run's own and lost: the budget
+        # counts them as used, gives them back only when /healthz shows them free, and with none free at all
+        # a reset fails at once (environment-slots-lost) instead of waiting reset_wait_seconds for nothing.
+        lost = min(unanswered, slots - free) if 0 <= free < slots else 0
+        if lost:
+            self.last_lost = f"{lost} reset(s) of a killed invocation that went unanswered"
+        self.budget.set_capacity(max(free, 0) + lost, lost=lost)
 
     async def _release_entries(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
         released = kept = 0
@@ -399,12 +316,7 @@ class JournaledSession:
         if owner.budget.exhausted_by_lost:
             await owner.budget._grow()  # unless the server shows some of those slots free after all
             if owner.budget.exhausted_by_lost:
-                raise ShopSimulatorError(
-                    f"environment reset: no slot of {owner.base_url} can come free: the server may hold all "
-                    f"{owner.budget.lost} for resets of this run whose answer was lost ({owner.last_lost}); restart "
-                    "the environment server, or set environment.exclusive: true if this run is its only client",
-                    code="environment-slots-lost",
-                )
+                raise owner.slots_lost()
         notice = asyncio.get_running_loop().call_later(owner.notice_after_seconds, start_waiting)
         deadline = asyncio.timeout(owner.reset_wait_seconds)
         key: str | None = None
@@ -419,6 +331,8 @@ class JournaledSession:
                 # on expiry the wrapped reset is cancelled: it finishes in the background and
                 # releases a lease granted after this
                 return await self.inner.reset(task_id)
+        except SlotsLost:
+            raise owner.slots_lost() from None
         except ShopSimulatorError as exc:
             if getattr(exc, "may_hold_lease", False):
                 lost = True  # the server may hold a lease for it: the unit stays used, the intent unanswered

@@ -153,7 +153,10 @@ class OutageGate:
 
     async def _probe(self, service: str) -> str | None:
         try:
-            await asyncio.wait_for(self.probes[service](), timeout=self.probe_timeouts.get(service, self.probe_timeout))
+            # asyncio.timeout, not wait_for: wait_for (Python 3.11) can swallow a cancellation that meets a
+            # finished probe, and a signal's shutdown must not be lost
+            async with asyncio.timeout(self.probe_timeouts.get(service, self.probe_timeout)):
+                await self.probes[service]()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
