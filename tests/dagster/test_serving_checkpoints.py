@@ -187,6 +187,21 @@ def test_a_checkpoint_given_as_weights_gives_the_same_plan_and_numbers_through_t
     assert summaries[0]["primary"] == summaries[1]["primary"]
 
 
+def _run_worker_writing(
+    settings_path: Path, checkpoint_id: str, traces: Path, lines: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """A run worker (rollout_child.py) materializing *checkpoint_id*, once it has written *lines* trace lines."""
+    with log.open("wb") as sink:
+        child = subprocess.Popen([sys.executable, str(CHILD), str(settings_path), checkpoint_id], stdout=sink,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + 180  # a wait for progress, not an assertion on speed
+    while len(trace_lines(traces)) < lines:
+        assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
+        assert time.monotonic() < deadline, "the rollout never started writing traces"
+        time.sleep(0.05)
+    return child
+
+
 @pytest.mark.slow
 def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
     tmp_path: Path, settings_writer, register
@@ -203,15 +218,7 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
         register(settings, "w-100", 100, weights=str(WEIGHTS / "policy-step-000100.json"))
         traces = settings.runs_root / "val" / "w-100" / "traces.jsonl"
         records_dir = settings.runs_root / "_servers"
-        log = tmp_path / "child.log"
-        with log.open("wb") as sink:
-            child = subprocess.Popen([sys.executable, str(CHILD), str(path), "w-100"], stdout=sink,
-                                     stderr=subprocess.STDOUT)  # fmt: skip
-        deadline = time.monotonic() + 180  # a wait for progress, not an assertion on speed
-        while len(trace_lines(traces)) < 5:
-            assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
-            assert time.monotonic() < deadline, "the rollout never started writing traces"
-            time.sleep(0.05)
+        child = _run_worker_writing(path, "w-100", traces, 5, tmp_path / "child.log")
         os.kill(child.pid, signal.SIGKILL)  # the run worker only: its server lives in a session of its own
         child.wait(timeout=30)
         orphans = [json.loads(p.read_text()) for p in records_dir.glob("server-*.json")]
@@ -251,14 +258,7 @@ def test_sigterm_to_a_run_worker_stops_its_launched_server(tmp_path: Path, setti
         register(settings, "w-200", 200, weights=str(WEIGHTS / "policy-step-000200.json"))
         traces = settings.runs_root / "val" / "w-200" / "traces.jsonl"
         log = tmp_path / "child.log"
-        with log.open("wb") as sink:
-            child = subprocess.Popen([sys.executable, str(CHILD), str(path), "w-200"], stdout=sink,
-                                     stderr=subprocess.STDOUT)  # fmt: skip
-        deadline = time.monotonic() + 180  # a wait for progress, not an assertion on speed
-        while len(trace_lines(traces)) < 2:
-            assert child.poll() is None, f"the child exited early:\n{log.read_text(errors='replace')[-3000:]}"
-            assert time.monotonic() < deadline, "the rollout never started writing traces"
-            time.sleep(0.05)
+        child = _run_worker_writing(path, "w-200", traces, 2, log)
         [record] = [json.loads(p.read_text()) for p in (settings.runs_root / "_servers").glob("server-*.json")]
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=120)
