@@ -3,21 +3,24 @@
     .venv/bin/python -m benchmarks.client_shape [--repeats 1] [--quick] [--transports auto,httpx] [--out PATH]
 
 Loopback stubs, each its own process: the environment of `benchmarks._stub_env` (10-step episodes
-ending in a purchase, observations of 1–8 KB, mean 3 KB, in the real server's escaped compact JSON)
-and the model of `benchmarks._stub_model` (one valid tool call per answer, optional latency).
-Every measured client is a separate process started like a user starts it — `shopsimrl run
-CONFIG --progress none --quiet`, so start-up (imports, config, plan) and the summary are included —
-and its CPU (user + system) comes from the OS (`os.wait4` rusage of the child). Beside it, in the
-same run and on the same stubs, the thread-pool reference (`benchmarks._thread_reference`: the
-earlier harness's shape, also its own process).
+ending in a purchase, observations of 1–8 KB, mean 3 KB, in the real server's escaped compact JSON;
+some rows 1 KB or 8 KB pages) and the model of `benchmarks._stub_model` (one valid tool call per
+answer, optional latency). Every measured client is a separate process started like a user starts
+it — `shopsimrl run CONFIG --progress none --quiet`, so start-up (imports, config, plan, preflight)
+and the summary are included — and its CPU (user + system) comes from the OS (`os.wait4` rusage of
+the child). Beside it, in the same rounds and on the same stubs, the reference
+(`benchmarks._thread_reference`: requests + a thread pool, shaped like the earlier harness, also its
+own process, start-up included).
 
-Settings: 1 and 64 episodes in flight with a zero-latency model (64 twice: 400 and 1,024
-episodes, the two ends of the issue's range; the line through both splits the CPU into a fixed
-part per process and a part per step); 64 and 256 in flight with 200 ms model latency.
-Reported per row: steps/s over the whole process, steady steps/s (from the traces:
-while every worker was busy), the fraction of the ideal ``concurrency / 0.2 s`` for latency rows,
-client CPU ms per step, stub CPU ms per step, and the ratios to the reference. Writes
-benchmarks/results/client_shape.json (``--quick``: a temporary file; numbers meaningless).
+Settings (`SETTINGS`): one episode (start-up), 1 and 64 episodes in flight with a zero-latency model
+(64 at 400 and 1,024 episodes, and with 1 KB and 8 KB pages), 64 in flight with 50 and 200 ms model
+latency, 256 in flight with 200 ms. Each round runs both clients once, the order flipped every round;
+every run records the 1-minute load average at its start. Reported per row: steps/s over the whole
+process, steady steps/s (from the traces: while every worker was busy), the fraction of the ideal
+``concurrency / latency`` for latency rows, client CPU ms per step, stub CPU ms per step, and the
+ratios to the reference — of the medians and of each round's pair (the spread README.md quotes,
+``headline`` in the JSON). Writes benchmarks/results/client_shape.json (``--quick``: a temporary
+file; numbers meaningless).
 """
 
 from __future__ import annotations
@@ -44,17 +47,27 @@ RESULTS = ROOT / "benchmarks" / "results" / "client_shape.json"
 SCHEMA = "shopsimrl-bench-client-shape-v1"
 EPISODE_STEPS = 10
 LATENCY_MS = 200.0
-#: (label, in flight, model latency ms, tasks sampled, repeats per task) — episodes = tasks × repeats
-SETTINGS = [
-    ("c1_0ms", 1, 0.0, 60, 1),
-    ("c64_0ms", 64, 0.0, 100, 4),
-    ("c64_0ms_1024", 64, 0.0, 64, 16),  # the top of the issue's 400–1024 episodes: start-up weighs less
-    ("c64_200ms", 64, LATENCY_MS, 64, 4),
-    ("c256_200ms", 256, LATENCY_MS, 100, 10),
+#: (label, in flight, model latency ms, tasks sampled, repeats per task, observation KB per step or None for the
+#: default 1–8 KB mix) — episodes = tasks × repeats
+SETTINGS: list[tuple[str, int, float, int, int, tuple[int, ...] | None]] = [
+    ("start_1ep", 1, 0.0, 1, 1, None),  # one episode: the whole process is mostly start-up
+    ("c1_0ms", 1, 0.0, 60, 1, None),
+    ("c64_0ms", 64, 0.0, 100, 4, None),
+    ("c64_0ms_1024", 64, 0.0, 64, 16, None),  # the top of the issue's 400–1024 episodes: start-up weighs less
+    ("c64_0ms_obs1k", 64, 0.0, 100, 4, (1,)),  # small pages
+    ("c64_0ms_obs8k", 64, 0.0, 100, 4, (8,)),  # large pages
+    ("c64_50ms", 64, 50.0, 64, 4, None),
+    ("c64_200ms", 64, LATENCY_MS, 64, 4, None),
+    ("c256_200ms", 256, LATENCY_MS, 100, 10, None),
 ]
-QUICK_SETTINGS = [("c1_0ms", 1, 0.0, 2, 1), ("c8_200ms", 8, LATENCY_MS, 8, 2)]
+QUICK_SETTINGS: list[tuple[str, int, float, int, int, tuple[int, ...] | None]] = [
+    ("c1_0ms", 1, 0.0, 2, 1, None),
+    ("c8_200ms", 8, LATENCY_MS, 8, 2, None),
+]
 #: the reference plays fewer episodes where it is slow (its rate, not its total, is compared)
 REFERENCE_EPISODES = {"c256_200ms": 512, "c64_0ms_1024": 400}
+#: the rows whose ratios README.md's "Performance in one line" quotes (tests/benchmarks/test_readme_numbers.py)
+HEADLINE_ROWS = ("start_1ep", "c64_0ms_1024", "c64_200ms", "c256_200ms")
 
 
 def _log(message: str) -> None:
@@ -75,6 +88,7 @@ def _shopsimrl() -> list[str]:
 
 def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, Any]:
     # wait4 gives exactly this child's rusage (getrusage(RUSAGE_CHILDREN) would sum all children)
+    load = os.getloadavg()[0]  # the machine's load as this run starts (other jobs share the 2 cores)
     srv0 = [proc_cpu_seconds(pid) for pid in pids]
     wall0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -87,20 +101,51 @@ def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, A
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     server_cpu = sum(b - a for a, b in zip(srv0, srv1)) if all(x is not None for x in srv0 + srv1) else None
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "returncode": process.returncode,
-            "stdout": stdout, "stderr": stderr, "server_cpu_s": server_cpu}
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "returncode": process.returncode,
+        "load": load,
+        "stdout": stdout,
+        "stderr": stderr,
+        "server_cpu_s": server_cpu,
+    }
 
 
-def _config(workdir: Path, *, env_url: str, model_url: str, model: str, split_file: Path, concurrency: int,
-            tasks: int, repeats: int, transport: str, start_spacing: float | None = None) -> Path:
+def _config(
+    workdir: Path,
+    *,
+    env_url: str,
+    model_url: str,
+    model: str,
+    split_file: Path,
+    concurrency: int,
+    tasks: int,
+    repeats: int,
+    transport: str,
+    start_spacing: float | None = None,
+) -> Path:
     mapping: dict[str, Any] = {
-        "experiment": {"name": "client-shape", "output_dir": str(workdir / "runs"), "seed": 20261201,
-                       "concurrency": concurrency, "max_episode_retries": 0},
+        "experiment": {
+            "name": "client-shape",
+            "output_dir": str(workdir / "runs"),
+            "seed": 20261201,
+            "concurrency": concurrency,
+            "max_episode_retries": 0,
+        },
         "tasks": {"split_file": str(split_file), "split": SPLIT, "sample_size": tasks, "repeats": repeats},
         "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency)},
         "runtime": {"max_steps": EPISODE_STEPS + 2},
-        "model": {"name": model, "base_url": model_url, "api_key_env": None, "checkpoint_id": "bench",
-                  "max_retries": 1, "timeout": 120, "trust_env": False, "max_connections": max(64, concurrency)},
+        "model": {
+            "name": model,
+            "base_url": model_url,
+            "api_key_env": None,
+            "checkpoint_id": "bench",
+            "max_retries": 1,
+            "timeout": 120,
+            "trust_env": False,
+            "max_connections": max(64, concurrency),
+        },
     }
     if start_spacing is not None:
         mapping["experiment"]["start_spacing_seconds"] = start_spacing
@@ -129,18 +174,33 @@ def _trace_stats(run_root: Path, concurrency: int | None = None) -> dict[str, An
             start = datetime.fromisoformat(record["started_at"]).timestamp()
             intervals.append((start, datetime.fromisoformat(record["ended_at"]).timestamp(), count))
     t0 = min((a for a, _, _ in intervals), default=0.0)
-    return {"steps": steps, "episodes": len(intervals) + failed, "failed": failed, "errors": sorted(errors)[:3],
-            "steady_steps_per_s": steady_rate(intervals, t0, workers=concurrency)}
+    return {
+        "steps": steps,
+        "episodes": len(intervals) + failed,
+        "failed": failed,
+        "errors": sorted(errors)[:3],
+        "steady_steps_per_s": steady_rate(intervals, t0, workers=concurrency),
+    }
 
 
-def measure_shopsimrl(*, concurrency: int, tasks: int, repeats: int, transport: str, servers: dict[str, Any],
-                      run_root: Path | None = None) -> dict[str, Any]:
+def measure_shopsimrl(
+    *, concurrency: int, tasks: int, repeats: int, transport: str, servers: dict[str, Any], run_root: Path | None = None
+) -> dict[str, Any]:
     """One `shopsimrl run` process on a fresh run directory (under *run_root*; default: the temp dir)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-shape-", dir=run_root))
     try:
-        config = _config(workdir, env_url=servers["env_url"], model_url=servers["model_url"], model=servers["model"],
-                         split_file=servers["split_file"], concurrency=concurrency, tasks=tasks, repeats=repeats,
-                         transport=transport, start_spacing=servers.get("start_spacing"))
+        config = _config(
+            workdir,
+            env_url=servers["env_url"],
+            model_url=servers["model_url"],
+            model=servers["model"],
+            split_file=servers["split_file"],
+            concurrency=concurrency,
+            tasks=tasks,
+            repeats=repeats,
+            transport=transport,
+            start_spacing=servers.get("start_spacing"),
+        )
         command = [*_shopsimrl(), "run", str(config), "--progress", "none", "--quiet"]
         child = _run_child(command, workdir, servers["pids"])
         if child["returncode"] not in (0, 1):
@@ -191,6 +251,7 @@ def _row(child: dict[str, Any], stats: dict[str, Any], concurrency: int) -> dict
     return {
         **stats,
         "concurrency": concurrency,
+        "load_1min": round(child["load"], 2),
         "wall_s": _round(child["wall_s"]),
         "cpu_s": _round(child["cpu_s"]),
         "steps_per_s": _round(steps / child["wall_s"], 1) if steps else None,
@@ -219,6 +280,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
         ):
             values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
             row[key] = _round(statistics.median(values), 3) if values else None
+        row["load_1min"] = [r["load_1min"] for r in runs]
         row["runs"] = runs
     return row
 
@@ -233,12 +295,20 @@ def run_benchmark(
     run_root: Path | None = None,
     start_spacing: float | None = None,
 ) -> dict[str, Any]:
-    """Every setting (or those in *only*) × (each `shopsimrl run` variant, the reference), interleaved per repeat."""
+    """Every setting (or those in *only*) × (each `shopsimrl run` variant, the reference), in rounds.
+
+    A round runs every client of a setting once, back to back; the order flips every round (ABBA)
+    so that a burst of load from other jobs on the machine hits both clients alike. Every run
+    records the 1-minute load average at its start; each row keeps the per-round ratios to the
+    reference (their spread is the benchmark's own noise) beside the ratio of the medians.
+    """
     settings = [row for row in (QUICK_SETTINGS if quick else SETTINGS) if only is None or row[0] in only]
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(("httptools", "httpx", "httpcore", "aiohttp", "httpx-aiohttp", "orjson", "uvloop")),
+        "machine": machine_facts(
+            ("httptools", "httpx", "aiohttp", "orjson", "msgspec", "uvloop", "requests", "urllib3")
+        ),
         "settings": {
             "repeats": repeats,
             "quick": quick,
@@ -246,11 +316,17 @@ def run_benchmark(
             "obs_kb": list(DEFAULT_OBS_KB),
             "latency_ms": LATENCY_MS,
             "transports": transports,
+            "reference": "benchmarks/_thread_reference.py: requests.Session per worker thread, ThreadPoolExecutor",
             "run_root": str(run_root) if run_root else tempfile.gettempdir(),
             "start_spacing_seconds": start_spacing,  # None: the config default
             "rows": {
-                label: {"concurrency": c, "model_latency_ms": lat, "episodes": t * r}
-                for label, c, lat, t, r in settings
+                label: {
+                    "concurrency": c,
+                    "model_latency_ms": lat,
+                    "episodes": t * r,
+                    "obs_kb": list(obs or DEFAULT_OBS_KB),
+                }
+                for label, c, lat, t, r, obs in settings
             },
         },
         "rows": {},
@@ -258,8 +334,9 @@ def run_benchmark(
     workdir = Path(tempfile.mkdtemp(prefix="bench-shape-split-"))
     try:
         split_file = _split_file(workdir)
-        for latency in sorted({lat for _, _, lat, _, _ in settings}):
-            with StubEnvServer(EPISODE_STEPS) as env, StubModelServer(latency_ms=latency) as model:
+        shapes = sorted({(lat, obs or DEFAULT_OBS_KB) for _, _, lat, _, _, obs in settings})
+        for latency, obs_kb in shapes:
+            with StubEnvServer(EPISODE_STEPS, obs_kb) as env, StubModelServer(latency_ms=latency) as model:
                 servers = {
                     "env_url": env.env_url,
                     "model_url": model.base_url,
@@ -268,52 +345,123 @@ def run_benchmark(
                     "pids": [env.pid, model.pid],
                     "start_spacing": start_spacing,
                 }
-                for label, c, lat, tasks, reps in settings:
-                    if lat != latency:
+                for label, c, lat, tasks, reps, obs in settings:
+                    if (lat, obs or DEFAULT_OBS_KB) != (latency, obs_kb):
                         continue
-                    runs: dict[str, list[dict[str, Any]]] = {}
-                    for rep in range(repeats):
-                        for transport in transports:
-                            _log(f"{label}: shopsimrl run ({transport}) repeat {rep + 1}/{repeats}")
-                            runs.setdefault(transport, []).append(
-                                measure_shopsimrl(
-                                    concurrency=c,
-                                    tasks=tasks,
-                                    repeats=reps,
-                                    transport=transport,
-                                    servers=servers,
-                                    run_root=run_root,
-                                )
-                            )
-                        if reference:
-                            episodes = 4 if quick else REFERENCE_EPISODES.get(label, tasks * reps)
-                            _log(f"{label}: thread reference repeat {rep + 1}/{repeats}")
-                            runs.setdefault("reference", []).append(
-                                measure_reference(concurrency=c, episodes=episodes, servers=servers)
-                            )
-                    rows = {name: _median(value) for name, value in runs.items()}
-                    for row in rows.values():
-                        if lat:
-                            ideal = c / (lat / 1000.0)
-                            row["ideal_steps_per_s"] = ideal
-                            row["fraction_of_ideal"] = (
-                                _round(row["steps_per_s"] / ideal) if row.get("steps_per_s") else None
-                            )
-                            row["steady_fraction_of_ideal"] = (
-                                _round(row["steady_steps_per_s"] / ideal) if row.get("steady_steps_per_s") else None
-                            )
-                    ref = rows.get("reference")
-                    for name, row in rows.items():
-                        if name != "reference" and ref and ref.get("steps_per_s") and row.get("steps_per_s"):
-                            row["vs_reference"] = {
-                                "steps_per_s_ratio": _round(row["steps_per_s"] / ref["steps_per_s"], 2),
-                                "cpu_per_step_ratio": _round(row["cpu_ms_per_step"] / ref["cpu_ms_per_step"], 3),
-                            }
-                    doc["rows"][label] = rows
+                    doc["rows"][label] = _measure_setting(
+                        label,
+                        c,
+                        lat,
+                        tasks,
+                        reps,
+                        repeats=repeats,
+                        quick=quick,
+                        transports=transports,
+                        reference=reference,
+                        servers=servers,
+                        run_root=run_root,
+                    )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     doc["fixed_and_marginal"] = fixed_and_marginal(doc["rows"])
+    doc["headline"] = headline(doc["rows"])
     return doc
+
+
+def _measure_setting(
+    label: str,
+    c: int,
+    lat: float,
+    tasks: int,
+    reps: int,
+    *,
+    repeats: int,
+    quick: bool,
+    transports: list[str],
+    reference: bool,
+    servers: dict[str, Any],
+    run_root: Path | None,
+) -> dict[str, Any]:
+    """The rounds of one setting: every client once per round, order flipped every round."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    clients = list(transports) + (["reference"] if reference else [])
+    for rep in range(repeats):
+        for name in clients if rep % 2 == 0 else clients[::-1]:
+            _log(
+                f"{label}: {'thread reference' if name == 'reference' else f'shopsimrl run ({name})'} "
+                f"round {rep + 1}/{repeats} (load {os.getloadavg()[0]:.2f})"
+            )
+            if name == "reference":
+                episodes = 4 if quick else REFERENCE_EPISODES.get(label, tasks * reps)
+                run = measure_reference(concurrency=c, episodes=episodes, servers=servers)
+            else:
+                run = measure_shopsimrl(
+                    concurrency=c, tasks=tasks, repeats=reps, transport=name, servers=servers, run_root=run_root
+                )
+            run["round"] = rep + 1
+            runs.setdefault(name, []).append(run)
+    rows = {name: _median(value) for name, value in runs.items()}
+    for row in rows.values():
+        if lat:
+            ideal = c / (lat / 1000.0)
+            row["ideal_steps_per_s"] = ideal
+            row["fraction_of_ideal"] = _round(row["steps_per_s"] / ideal) if row.get("steps_per_s") else None
+            row["steady_fraction_of_ideal"] = (
+                _round(row["steady_steps_per_s"] / ideal) if row.get("steady_steps_per_s") else None
+            )
+    ref = rows.get("reference")
+    for name, row in rows.items():
+        if name == "reference" or not (ref and ref.get("steps_per_s") and row.get("steps_per_s")):
+            continue
+        pairs = list(zip(runs[name], runs["reference"]))  # the same round: the same minute of the machine
+        cpu = [_round(a["cpu_ms_per_step"] / b["cpu_ms_per_step"], 3) for a, b in pairs]
+        rate = [_round(a["steps_per_s"] / b["steps_per_s"], 2) for a, b in pairs]
+        loads = [r["load_1min"] for pair in pairs for r in pair]
+        row["vs_reference"] = {
+            "steps_per_s_ratio": _round(row["steps_per_s"] / ref["steps_per_s"], 2),
+            "cpu_per_step_ratio": _round(row["cpu_ms_per_step"] / ref["cpu_ms_per_step"], 3),
+            "cpu_per_step_ratio_by_round": cpu,
+            "steps_per_s_ratio_by_round": rate,
+            "cpu_s_ratio_by_round": [_round(a["cpu_s"] / b["cpu_s"], 2) for a, b in pairs],
+            "load_1min_range": [min(loads), max(loads)],
+        }
+    return rows
+
+
+def _span(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": _round(statistics.median(values), 3) or 0.0, "max": max(values)}
+
+
+def headline(rows: dict[str, Any]) -> dict[str, Any]:
+    """What README.md quotes: per headline row, the per-round ratios' span and the machine load beside them.
+
+    ``cpu_per_step`` and ``steps_per_s`` are ours ÷ the reference's, one value per round; for
+    ``start_1ep`` (one episode: mostly start-up) the whole-process CPU seconds of each client instead.
+    """
+    out: dict[str, Any] = {}
+    for label in HEADLINE_ROWS:
+        row = (rows.get(label) or {}).get("default") or {}
+        vs = row.get("vs_reference")
+        if not vs:
+            continue
+        entry: dict[str, Any] = {
+            "cpu_per_step_ratio": _span(vs["cpu_per_step_ratio_by_round"]),
+            "steps_per_s_ratio": _span(vs["steps_per_s_ratio_by_round"]),
+            "load_1min": {"min": vs["load_1min_range"][0], "max": vs["load_1min_range"][1]},
+            "rounds": len(vs["cpu_per_step_ratio_by_round"]),
+        }
+        ours = [r["cpu_s"] for r in row.get("runs") or [row]]
+        ref = [r["cpu_s"] for r in rows[label]["reference"].get("runs") or [rows[label]["reference"]]]
+        entry["cpu_s"] = {"shopsimrl": _span(ours), "reference": _span(ref)}
+        if row.get("steady_fraction_of_ideal") is not None:
+            fractions = [
+                r["steady_steps_per_s"] / row["ideal_steps_per_s"]
+                for r in row.get("runs") or [row]
+                if r.get("steady_steps_per_s")
+            ]
+            entry["steady_fraction_of_ideal"] = _span([_round(f, 3) or 0.0 for f in fractions])
+        out[label] = entry
+    return out
 
 
 def fixed_and_marginal(rows: dict[str, Any]) -> dict[str, Any]:
@@ -330,16 +478,24 @@ def fixed_and_marginal(rows: dict[str, Any]) -> dict[str, Any]:
         if not (a.get("steps") and b.get("steps") and b["steps"] != a["steps"]):
             continue
         per_step = (b["cpu_s"] - a["cpu_s"]) / (b["steps"] - a["steps"])
-        out[name] = {"fixed_cpu_s": _round(a["cpu_s"] - per_step * a["steps"]),
-                     "marginal_cpu_ms_per_step": _round(per_step * 1000.0)}
+        out[name] = {
+            "fixed_cpu_s": _round(a["cpu_s"] - per_step * a["steps"]),
+            "marginal_cpu_ms_per_step": _round(per_step * 1000.0),
+        }
     return out
+
+
+def _loads(row: dict[str, Any]) -> list[float]:
+    value = row.get("load_1min")
+    return value if isinstance(value, list) else [] if value is None else [value]
 
 
 def format_table(doc: dict[str, Any]) -> str:
     """The table printed after a run (one line per setting × client)."""
     head = (
         f"{'setting':<11} {'client':<26} {'steps':>6} {'wall s':>7} {'steps/s':>8} {'steady':>8} {'ideal%':>7} "
-        f"{'steady%':>7} {'cpu ms/st':>9} {'stub ms/st':>10} {'x ref st/s':>10} {'x ref cpu':>9}"
+        f"{'steady%':>7} {'cpu ms/st':>9} {'stub ms/st':>10} {'x ref st/s':>10} {'x ref cpu':>9} "
+        f"{'x ref cpu by round':<20} load"
     )
     lines = [head, "-" * len(head)]
 
@@ -357,7 +513,9 @@ def format_table(doc: dict[str, Any]) -> str:
                 f"{f(row.get('steady_steps_per_s'), '.1f', 8)} {f(frac * 100 if frac else None, '.1f', 7)} "
                 f"{f(steady * 100 if steady else None, '.1f', 7)} {f(row.get('cpu_ms_per_step'), '.3f', 9)} "
                 f"{f(row.get('server_cpu_ms_per_step'), '.3f', 10)} {f(ratio.get('steps_per_s_ratio'), '.2f', 10)} "
-                f"{f(ratio.get('cpu_per_step_ratio'), '.3f', 9)}"
+                f"{f(ratio.get('cpu_per_step_ratio'), '.3f', 9)} "
+                f"{' '.join(f'{x:.3f}' for x in ratio.get('cpu_per_step_ratio_by_round') or []):<20} "
+                f"{' '.join(f'{x:.1f}' for x in _loads(row))}"
                 + (f"  FAILED {row['failed']}" if row.get("failed") else "")
             )
     for name, split in (doc.get("fixed_and_marginal") or {}).items():
@@ -368,7 +526,8 @@ def format_table(doc: dict[str, Any]) -> str:
     lines.append(
         "whole process (start-up and summary included); cpu ms/st: the client process's user+system CPU (OS rusage) "
         "per step; steady: steps/s while every worker was busy (from the traces); ideal% = steps/s ÷ "
-        "(in flight / model latency); x ref: ratio to the thread reference in the same run"
+        "(in flight / model latency); x ref: ratio to the requests + thread-pool reference in the same run "
+        "(of the medians; by round: each round's pair); load: 1-minute load average at each run's start"
     )
     return "\n".join(lines)
 
