@@ -47,8 +47,9 @@ def build_definitions(settings: PipelineSettings) -> dg.Definitions:
     Same builders as the defs folder: plans and per-suite assets, the skills lineage, every job,
     both sensors, the nightly schedule and the resources of *settings*.
     """
-    from .defs.assets import build_suite_assets, frozen_split, job_plan
+    from .defs.assets import build_suite_assets
     from .defs.jobs import evaluation_jobs
+    from .defs.plans import frozen_split, job_plan
     from .defs.research import AnalystEndpoint, build_research_assets, build_research_jobs
     from .defs.resources import resources_from_settings
     from .defs.schedules import build_nightly_schedule

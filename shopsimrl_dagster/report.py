@@ -21,6 +21,7 @@ import dagster as dg
 
 __all__ = [
     "rounded",
+    "metadata_float",
     "interval_note",
     "design_text",
     "comparison_verdict",
@@ -37,6 +38,14 @@ __all__ = [
 
 def _is_num(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metadata_float(value: Any) -> Any:
+    """*value* as a float metadata entry, or a null entry when it is not a number (None, a bool, text).
+
+    Dagster plots float entries across partitions; None is not a float, so a missing number is shown as null.
+    """
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else dg.MetadataValue.null()
 
 
 def rounded(value: Any, low: Any = None, high: Any = None, note: str | None = None, digits: int = 3) -> str:

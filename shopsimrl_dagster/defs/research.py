@@ -26,7 +26,8 @@ import dagster as dg
 import shopsimrl_core as core
 
 from ..settings import AnalystSettings, PipelineSettings
-from .assets import as_failure, suite_asset_key
+from .assets import suite_asset_key
+from .failures import as_failure
 from .partitions import checkpoints
 from .resources import RunStorage, unavailable
 

@@ -1,0 +1,143 @@
+"""``<suite>/checkpoint_comparison[ckpt]``: the core's paired comparison with the checkpoint's baseline.
+
+The baseline is ``comparison.baseline`` of the settings (``previous``: the registered checkpoint
+before this one). The asset yields nothing while the baseline has no summary of the suite, and its
+blocking ``no_regression_vs_best`` check comes from ``selection.py``.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+import shopsimrl_core as core
+
+from ..registry import previous_checkpoint
+from ..report import comparison_verdict, metadata_float
+from .failures import as_failure
+from .optional import optional_asset
+from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
+from .selection import REGRESSION_CHECK, regression_check_result
+
+__all__ = ["build_checkpoint_comparison"]
+
+
+def build_checkpoint_comparison(
+    name: str, *, comparison_key: dg.AssetKey, summary_key: dg.AssetKey, group: str, described: str
+) -> dg.AssetsDefinition:
+    """``<name>/checkpoint_comparison``, partitioned by checkpoint, with the blocking regression check."""
+
+    @optional_asset(
+        comparison_key,
+        name=f"{name}_checkpoint_comparison",
+        deps=[summary_key],
+        group=group,
+        kinds={"json"},
+        description=f"Paired per-task bootstrap of one checkpoint against its baseline on {described} (settings "
+        "comparison.baseline). Not materialized when there is no baseline run.",
+        checks=[REGRESSION_CHECK],
+    )
+    def checkpoint_comparison(
+        context: dg.AssetExecutionContext,
+        run_storage: RunStorage,
+        checkpoint_registry: CheckpointRegistry,
+        evaluation_suites: EvaluationSuites,
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        settings = evaluation_suites.settings()
+        current = context.partition_key
+        options = settings.comparison
+        if options.baseline == "previous":
+            previous = previous_checkpoint(checkpoint_registry.checkpoints(), current)
+            baseline = previous.checkpoint_id if previous else None
+        else:
+            baseline = options.baseline if options.baseline != current else None
+        baseline_dir = run_storage.run_dir(name, baseline) if baseline else None
+        if baseline_dir is None or not (baseline_dir / "summary.json").exists():
+            reason = "no earlier checkpoint" if baseline is None else f"baseline {baseline} has no {name} summary yet"
+            context.log.info(f"checkpoint_comparison not materialized for {current} on {name}: {reason}")
+            return
+        run_dir = run_storage.run_dir(name, current)
+        assert baseline is not None  # baseline_dir exists only for a baseline
+        with as_failure():
+            comparison = core.compare_runs(
+                baseline_dir,
+                run_dir,
+                bootstrap_samples=options.bootstrap_samples,
+                bootstrap_seed=options.bootstrap_seed,
+                confidence_level=options.confidence_level,
+            )
+        out = core.write_json_atomic(run_dir / f"comparison_vs_{baseline}.json", comparison)
+        metrics = comparison["paired"]["metrics"]
+        rows = []
+        metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": int(comparison["paired"]["pairs"])}
+        for metric, values in sorted(metrics.items()):
+            ci = values.get("confidence_interval")
+            mde, sd, noise = (values.get(k) for k in ("minimum_detectable_difference", "sd_difference", "within_noise"))
+            rows.append(
+                dg.TableRecord(
+                    {
+                        "metric": metric,
+                        "baseline": round(float(values["a_mean"]), 4),
+                        "this": round(float(values["b_mean"]), 4),
+                        "delta": round(float(values["mean_difference"]), 4),
+                        "interval": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
+                        "mde": None if mde is None else round(float(mde), 4),
+                        "sd_difference": None if sd is None else round(float(sd), 4),
+                        "verdict": comparison_verdict(values),
+                    }
+                )
+            )
+            if metric in ("reward", "r_success", "protocol_error_rate", "steps"):
+                metadata[f"delta_{metric}"] = float(values["mean_difference"])
+                if ci:
+                    metadata[f"delta_{metric}_ci_low"] = float(ci[0])
+                    metadata[f"delta_{metric}_ci_high"] = float(ci[1])
+            if metric in ("reward", "r_success"):
+                # The core's power fields (docs/statistics.md): how large a difference this design detects.
+                metadata[f"mde_{metric}"] = metadata_float(mde)
+                metadata[f"sd_difference_{metric}"] = metadata_float(sd)
+                metadata[f"within_noise_{metric}"] = dg.MetadataValue.null() if noise is None else bool(noise)
+                metadata[f"verdict_{metric}"] = comparison_verdict(values)
+        flips = comparison["paired"].get("flips") or {}
+        schema = dg.TableSchema(
+            columns=[
+                dg.TableColumn("metric", "string"),
+                dg.TableColumn("baseline", "float"),
+                dg.TableColumn("this", "float"),
+                dg.TableColumn("delta", "float"),
+                dg.TableColumn("interval", "string", description="paired task-level bootstrap interval of delta"),
+                dg.TableColumn(
+                    "mde", "float", description="minimum detectable difference (80% power, alpha 0.05, paired tasks)"
+                ),
+                dg.TableColumn("sd_difference", "float", description="SD of the task-level differences"),
+                dg.TableColumn("verdict", "string", description="within noise (interval covers 0) or detected"),
+            ]
+        )
+        power = comparison["paired"].get("power")
+        metadata.update(
+            {
+                "power": dg.MetadataValue.json(power) if power else dg.MetadataValue.null(),
+                "deltas": dg.MetadataValue.table(rows, schema=schema),
+                "flips_gained": int(flips.get("gained", 0)),
+                "flips_lost": int(flips.get("lost", 0)),
+                "flips": dg.MetadataValue.json(flips),
+                "comparison_path": dg.MetadataValue.path(str(out)),
+                "compare_in_viewer": dg.MetadataValue.url(
+                    f"{settings.viewer.base_url.rstrip('/')}/compare?a={run_storage.run_rel(name, baseline)}"
+                    f"&b={run_storage.run_rel(name, current)}"
+                ),
+            }
+        )
+        yield dg.MaterializeResult(asset_key=comparison_key, metadata=metadata)
+        registered = checkpoint_registry.checkpoints()
+        yield regression_check_result(
+            asset_key=comparison_key,
+            suite=name,
+            current=next(c for c in registered if c.checkpoint_id == current),
+            checkpoints=registered,
+            run_storage=run_storage,
+            options=options,
+            comparison_with=(baseline, comparison),
+        )
+
+    return checkpoint_comparison

@@ -1,0 +1,94 @@
+"""``<suite>/progress``: reward and success of every registered checkpoint on a suite, by training step.
+
+Unpartitioned: it charts every checkpoint's summary with its interval, and beside each point the
+minimum detectable difference of its comparison with the point before it (where one was written).
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+import shopsimrl_core as core
+
+from ..report import comparison_point, metadata_float, progress_points, progress_table, write_progress_chart
+from .optional import optional_asset
+from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
+from .run_files import read_json_object
+
+__all__ = ["build_progress"]
+
+
+def build_progress(
+    name: str, *, progress_key: dg.AssetKey, summary_key: dg.AssetKey, group: str, described: str
+) -> dg.AssetsDefinition:
+    """``<name>/progress`` (unpartitioned), refreshed from the suite's summaries."""
+
+    @optional_asset(
+        progress_key,
+        name=f"{name}_progress",
+        deps=[summary_key],
+        group=group,
+        kinds={"json"},
+        description=f"Reward and success (95% intervals) of every checkpoint on {described}, against training step, "
+        "with the minimum detectable difference of each checkpoint's comparison with the one before it. "
+        "Not materialized while no checkpoint has a summary.",
+        partitioned=False,
+    )
+    def progress(
+        context: dg.AssetExecutionContext,
+        run_storage: RunStorage,
+        checkpoint_registry: CheckpointRegistry,
+        evaluation_suites: EvaluationSuites,
+    ) -> Iterator[dg.MaterializeResult]:
+        settings = evaluation_suites.settings()
+        points = progress_points(
+            (c.checkpoint_id, c.step, read_json_object(run_storage.run_dir(name, c.checkpoint_id) / "summary.json"))
+            for c in checkpoint_registry.checkpoints()
+        )
+        if not points:
+            context.log.info(f"progress not materialized: no checkpoint has a {name} summary yet")
+            return
+        # The comparison of each point with the one before it, where checkpoint_comparison wrote one.
+        for before, point in zip(points, points[1:]):
+            path = run_storage.run_dir(name, point["checkpoint_id"]) / f"comparison_vs_{before['checkpoint_id']}.json"
+            found = read_json_object(path)
+            if found is None:
+                continue
+            try:
+                doc = core.CheckpointComparison.parse(found, str(path)).to_json()
+            except core.ShopSimRLError as exc:
+                context.log.warning(f"progress: {exc.one_line()}; its comparison is left out")
+                continue
+            point["vs_previous"] = comparison_point(before["checkpoint_id"], doc)
+        out_dir = run_storage.progress_dir(name)
+        chart = write_progress_chart(
+            out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
+        )
+        core.write_json_atomic(out_dir / "progress.json", {"suite": name, "points": points})
+        latest = points[-1]
+        yield dg.MaterializeResult(
+            asset_key=progress_key,
+            metadata={
+                "suite": name,
+                "checkpoints": len(points),
+                "latest_checkpoint": latest["checkpoint_id"],
+                "latest_step": latest["step"],
+                "latest_reward": metadata_float(latest["reward"]),
+                "latest_success_rate": metadata_float(latest["success_rate"]),
+                # The minimum detectable difference of the latest comparison with the point before it.
+                "latest_mde_reward": metadata_float(
+                    ((latest["vs_previous"] or {}).get("reward") or {}).get("minimum_detectable_difference")
+                ),
+                "latest_mde_r_success": metadata_float(
+                    ((latest["vs_previous"] or {}).get("r_success") or {}).get("minimum_detectable_difference")
+                ),
+                "chart": dg.MetadataValue.md(
+                    f"![{name}: reward and success by training step](data:image/png;base64,{chart})"
+                ),
+                "points": dg.MetadataValue.table(*progress_table(points)),
+                "chart_path": dg.MetadataValue.path(str(out_dir / "progress.png")),
+                "runs_in_viewer": dg.MetadataValue.url(settings.viewer.base_url.rstrip("/") + "/"),
+            },
+        )
+
+    return progress

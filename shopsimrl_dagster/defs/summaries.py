@@ -1,0 +1,154 @@
+"""``<suite>/eval_summary[ckpt]``: the core's ``summary.json`` of one run, shown as it is.
+
+Headline numbers with their intervals (labelled by the interval's own method), the per-category
+table and chart, and a link to the run's episodes in the trace viewer; nothing is recomputed here.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+import shopsimrl_core as core
+
+from ..report import (
+    category_table,
+    design_text,
+    interval_note,
+    mapping_table,
+    metadata_float,
+    rounded,
+    write_category_chart,
+)
+from .failures import as_failure
+from .partitions import checkpoints
+from .resources import EvaluationSuites, RunStorage
+from .run_files import read_json_object, viewer_run_url
+
+__all__ = ["build_eval_summary"]
+
+
+def _cached_chart(path: Path, drawn: dict[str, Any], draw: Any) -> str:
+    """The chart of *drawn* (exactly the inputs *draw* plots) as base64, reused when unchanged.
+
+    ``<path>.sha256`` names the fingerprint of *drawn*. A resumed partition whose numbers did not
+    change then skips matplotlib (its import and drawing were most of ``eval_summary``'s time);
+    any change of what is plotted redraws. Fingerprinting the plotted inputs rather than the whole
+    summary matters: the summary's ``created_at`` changes on every rewrite.
+    """
+    import base64
+
+    stamp = path.with_name(path.name + ".sha256")
+    digest = core.fingerprint(drawn)
+    try:
+        if stamp.read_text(encoding="ascii").strip() == digest:
+            return base64.b64encode(path.read_bytes()).decode("ascii")
+    except OSError:
+        pass
+    chart = draw()
+    core.write_text_atomic(stamp, digest + "\n")
+    return chart
+
+
+def _summary_metadata(
+    summary: dict[str, Any], suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str
+) -> dict[str, Any]:
+    counts, primary, behavior = summary["counts"], summary["primary"], summary["behavior"]
+    success_ci = primary.get("success_ci") or {}
+    reward_ci = primary.get("reward_ci") or {}
+    design = primary.get("sampling_design")
+    reward, success = primary.get("reward_mean"), primary.get("success_rate")
+    components = summary.get("reward_components") or {}
+    metadata: dict[str, Any] = {
+        "suite": suite_name,
+        # Rounded text for reading first, labelled by the interval's own method (task-resampled with
+        # repeats), then the raw floats (the UI plots these across partitions).
+        "reward_display": rounded(
+            reward, reward_ci.get("low"), reward_ci.get("high"), interval_note(reward_ci, design, "reward")
+        ),
+        "success_display": rounded(
+            success, success_ci.get("low"), success_ci.get("high"), interval_note(success_ci, design, "success")
+        ),
+        # Raw floats (the UI plots these across partitions) beside rounded text for reading.
+        "reward": metadata_float(reward),
+        "reward_ci_low": metadata_float(reward_ci.get("low")),
+        "reward_ci_high": metadata_float(reward_ci.get("high")),
+        "reward_sem": metadata_float(primary.get("reward_sem")),
+        "success_rate": metadata_float(success),
+        "success_ci_low": metadata_float(success_ci.get("low")),
+        "success_ci_high": metadata_float(success_ci.get("high")),
+        "reward_components": dg.MetadataValue.table(*mapping_table(components, "component", "mean")),
+        "steps_mean": metadata_float(behavior.get("steps_mean")),
+        "protocol_error_rate": float(behavior.get("protocol_error_rate") or 0.0),
+        "invalid_action_rate": float(behavior.get("invalid_action_rate") or 0.0),
+        "termination_reasons": dg.MetadataValue.table(
+            *mapping_table(behavior.get("termination_reasons") or {}, "reason", "episodes")
+        ),
+        "per_category": dg.MetadataValue.table(*category_table(summary)),
+        "chart": dg.MetadataValue.md(f"![success and reward by category](data:image/png;base64,{chart_b64})"),
+        "chart_path": dg.MetadataValue.path(str(chart_path)),
+        "coverage": float(counts.get("coverage") or 0.0),
+        "episodes_completed": int(counts.get("completed") or 0),
+        "episodes": dg.MetadataValue.url(viewer_url),
+        "summary_path": dg.MetadataValue.path(str(run_dir / "summary.json")),
+    }
+    if design:
+        # Repeats: tasks are the sampling unit (docs/statistics.md); the core's design, as published.
+        effects = design.get("design_effect") or {}
+        metadata.update(
+            {
+                "sampling_design": design_text(summary),
+                "tasks": int(design["tasks"]),
+                "design_effect_reward": metadata_float(effects.get("reward")),
+                "design_effect_success": metadata_float(effects.get("success")),
+                "reward_sem_task_cluster": metadata_float(design.get("reward_sem")),
+                "sampling_design_detail": dg.MetadataValue.json(design),
+            }
+        )
+    for name, value in sorted(components.items()):
+        if isinstance(value, (int, float)):
+            metadata[f"component_{name}"] = float(value)
+    return metadata
+
+
+def build_eval_summary(
+    name: str, *, summary_key: dg.AssetKey, rollout_key: dg.AssetKey, group: str, described: str
+) -> dg.AssetsDefinition:
+    """``<name>/eval_summary``, partitioned by checkpoint, downstream of the suite's rollout traces."""
+
+    @dg.asset(
+        key=summary_key,
+        group_name=group,
+        deps=[rollout_key],
+        partitions_def=checkpoints,
+        kinds={"json"},
+        description=f"The core's summary.json of one checkpoint on {described}: headline numbers with intervals, "
+        "per-category table and chart, and a link to its episodes in the trace viewer.",
+    )
+    def eval_summary(
+        context: dg.AssetExecutionContext, run_storage: RunStorage, evaluation_suites: EvaluationSuites
+    ) -> dg.MaterializeResult:
+        settings = evaluation_suites.settings()
+        run_dir = run_storage.run_dir(name, context.partition_key)
+        # The rollout's run_evaluation wrote this summary; reading it shows the core's numbers as they are.
+        summary = read_json_object(run_dir / "summary.json")
+        if summary is None or "primary" not in summary:
+            with as_failure():
+                summary = core.summarize_run(run_dir)
+        chart_path = run_dir / "summary_chart.png"
+        title = f"{context.partition_key} · suite {name}"
+        chart = _cached_chart(
+            chart_path,
+            # "chart": the drawing's version (2: interval bars and sampling units), so older PNGs are redrawn.
+            {
+                "chart": 2,
+                "title": title,
+                "category": (summary.get("breakdowns") or {}).get("category"),
+                "clustered": bool((summary.get("primary") or {}).get("sampling_design")),
+            },
+            lambda: write_category_chart(chart_path, summary, title),
+        )
+        url = viewer_run_url(settings, run_storage, name, context.partition_key)
+        return dg.MaterializeResult(metadata=_summary_metadata(summary, name, run_dir, chart, chart_path, url))
+
+    return eval_summary
