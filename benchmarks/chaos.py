@@ -121,7 +121,7 @@ def _lease_starvation(work: Path, kills: int, *, final: str) -> dict[str, Any]:
     (*final*: ``exclusive`` sets environment.exclusive, ``journal`` relies on the journal alone)."""
     import random
 
-    from shopsimrl_core.runs._leases import LeaseJournal
+    from shopsimrl_core.runs.leases._leases import LeaseJournal
 
     rng = random.Random(20261224)
     latency = ["--env-latency-ms", "30", "--policy-latency-ms", "30"]

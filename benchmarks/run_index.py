@@ -204,14 +204,14 @@ def _measure(code: str, *args: str) -> dict[str, float]:
 
 _BUILD = """
 import sys
-from shopsimrl_core.runs._index import open_run_index
+from shopsimrl_core.runs.storage._index import open_run_index
 index = open_run_index(sys.argv[1])
 print(index.covered_lines)
 """
 
 _RESUME = """
 import sys
-from shopsimrl_core.runs._store import RunStore
+from shopsimrl_core.runs.storage._store import RunStore
 from shopsimrl_core.analysis._summary import summarize_run
 store = RunStore(sys.argv[1])
 index = store.index()
@@ -222,7 +222,7 @@ print(done, summary["counts"]["completed"], summary["primary"]["reward_mean"])
 
 _REFERENCE = """
 import sys, json
-from shopsimrl_core.runs._jsonl import iter_trace_lines
+from shopsimrl_core.runs.storage._jsonl import iter_trace_lines
 from shopsimrl_core.analysis._summary import build_summary
 # The earlier path: stream every trace line for the latest offsets, then re-read the winners.
 latest = {}

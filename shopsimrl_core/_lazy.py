@@ -5,7 +5,7 @@ symbol is imported on first access. This keeps ``import shopsimrl_core.runs`` ch
 must not pay for polars or an HTTP stack it never uses.
 
 Every face mirrors its table under ``if TYPE_CHECKING:`` with real imports (``from
-shopsimrl_core.runs._store import RunStore as RunStore``), and binds the returned ``__getattr__``
+shopsimrl_core.runs.storage._store import RunStore as RunStore``), and binds the returned ``__getattr__``
 only when not type checking. Type checkers and editors therefore see each public name's real type,
 and a name missing from the mirror is an error rather than ``Any``. ``tests/core/test_typed_api.py``
 keeps the table, the mirror and ``__all__`` equal and runs mypy on a probe of every public name.

@@ -22,7 +22,7 @@ from typing import Any
 from shopsimrl_core._errors import TraceFormatError
 from shopsimrl_core._hashing import json_object
 from shopsimrl_core.episode._trace import is_complete, validate_trace
-from shopsimrl_core.runs._jsonl import iter_trace_lines
+from shopsimrl_core.runs.storage._jsonl import iter_trace_lines
 
 __all__ = ["EpisodeOutcome", "TraceAudit", "audit_traces", "goal_leaks"]
 

@@ -85,13 +85,13 @@ def _task_metrics(record: dict[str, Any]) -> dict[str, float]:
 
 
 def _load_side(run_dir: Path) -> tuple[dict[str, Any] | None, dict[tuple[str, int], list[dict[str, float]]], int]:
-    from shopsimrl_core.runs._store import RunStore, is_complete
+    from shopsimrl_core.runs.storage._store import RunStore, is_complete
 
     store = RunStore(run_dir)
     manifest = store.read_manifest()
     planned = None
     if manifest is not None and isinstance(manifest["plan"].get("jobs"), list):
-        from shopsimrl_core.runs._jobs import EpisodeJob
+        from shopsimrl_core.runs.planning._jobs import EpisodeJob
 
         planned = {EpisodeJob.from_dict(job).episode_id for job in manifest["plan"]["jobs"]}
     per_task: dict[tuple[str, int], list[dict[str, float]]] = {}
@@ -145,7 +145,7 @@ def compare_runs(
             unknown *intended* name.
     """
     from shopsimrl_core._errors import ConfigError
-    from shopsimrl_core.runs._plan import plan_differences
+    from shopsimrl_core.runs.planning._plan import plan_differences
 
     dir_a, dir_b = Path(run_dir_a).resolve(), Path(run_dir_b).resolve()
     manifest_a, tasks_a, incomplete_a = _load_side(dir_a)
@@ -250,7 +250,7 @@ def compare_runs(
             "plan_fingerprint": manifest.get("plan_fingerprint"),
         }
 
-    from shopsimrl_core.runs._store import utc_now
+    from shopsimrl_core.runs.storage._store import utc_now
 
     return {
         "schema_version": CHECKPOINT_COMPARISON_SCHEMA,

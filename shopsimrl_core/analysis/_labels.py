@@ -52,7 +52,7 @@ from shopsimrl_core.analysis._episode_features import (
     search_features,
 )
 from shopsimrl_core.episode._trace import is_complete
-from shopsimrl_core.runs._jsonl import iter_trace_lines
+from shopsimrl_core.runs.storage._jsonl import iter_trace_lines
 
 __all__ = [
     "OUTCOME_CLASSES",
@@ -295,7 +295,7 @@ def label_run(run_dir: str | os.PathLike[str], *, out_path: str | os.PathLike[st
         TraceFormatError: no traces file in the run directory.
         RunLockedError: another process (a running evaluation) holds the run directory.
     """
-    from shopsimrl_core.runs._store import RunStore
+    from shopsimrl_core.runs.storage._store import RunStore
 
     run = Path(run_dir)
     traces = run / "traces.jsonl"

@@ -66,7 +66,7 @@ def _from_run(run_dir: Path, metric: str) -> tuple[VarianceComponents, float]:
     """Variance components of the metric over the run's complete episodes, grouped by task."""
     import polars as pl
 
-    from shopsimrl_core.runs._store import RunStore
+    from shopsimrl_core.runs.storage._store import RunStore
 
     episodes = RunStore(run_dir).index().run_index.episodes
     column = _RUN_COLUMNS.get(metric, f"c::{metric}")

@@ -29,8 +29,8 @@ from typing import Any
 
 from shopsimrl_core._versions import SUMMARY_SCHEMA
 from shopsimrl_core.analysis._exact import _fmean, _stdev
-from shopsimrl_core.runs._index import episode_row
-from shopsimrl_core.runs._store import RunStore, utc_now
+from shopsimrl_core.runs.storage._index import episode_row
+from shopsimrl_core.runs.storage._store import RunStore, utc_now
 
 __all__ = ["build_summary", "summary_from_index", "summarize_run", "episode_row"]
 
@@ -128,7 +128,7 @@ def summary_from_index(
     endpoint_faults: int | None = None,
     created_at: str | None = None,
 ) -> dict[str, Any]:
-    """Build the v2 summary from a :class:`~shopsimrl_core.runs._index.RunIndex` without reading traces.
+    """Build the v2 summary from a :class:`~shopsimrl_core.runs.storage._index.RunIndex` without reading traces.
 
     *planned* is a set of episode ids or a polars Series of unique ids.
 
@@ -518,7 +518,7 @@ def _planned_ids(jobs: list[Any]) -> Any:
 
     The Series holds exactly the ids ``EpisodeJob.from_dict(job).episode_id`` gives (vectorised).
     """
-    from shopsimrl_core.runs._jobs import EpisodeJob
+    from shopsimrl_core.runs.planning._jobs import EpisodeJob
 
     if len(jobs) >= _VECTOR_MIN_JOBS and all(isinstance(j, dict) for j in jobs[:1]):
         import polars as pl
@@ -569,7 +569,7 @@ def _planned_of(store: RunStore) -> Any:
     """
     import polars as pl
 
-    from shopsimrl_core.runs._index import _writer
+    from shopsimrl_core.runs.storage._index import _writer
 
     try:
         stat = store.manifest_path.stat()

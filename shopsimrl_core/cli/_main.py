@@ -89,8 +89,8 @@ def _print_json(value: Any) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._plan import build_plan
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.planning._plan import build_plan
 
     config = load_config(args.config)
     plan = build_plan(config)
@@ -106,7 +106,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.probe_seed:
         import asyncio
 
-        from shopsimrl_core.runs._seed_probe import probe_seed
+        from shopsimrl_core.runs.endpoints._seed_probe import probe_seed
 
         # The one network call `plan` makes, and only on request (§22.10); still writes nothing.
         probe = asyncio.run(probe_seed(plan))
@@ -120,10 +120,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluation_options import EvaluationOptions
-    from shopsimrl_core.runs._evaluator import run_evaluation
-    from shopsimrl_core.runs._progress import ConsoleProgress
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluation_options import EvaluationOptions
+    from shopsimrl_core.runs.execution._evaluator import run_evaluation
+    from shopsimrl_core.runs.execution._progress import ConsoleProgress
 
     config = load_config(args.config)
     display: Any = _notices_only
@@ -155,7 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         only_failed=args.only_failed,
         probe_seed=args.probe_seed,
     )
-    result = run_evaluation(config, options)  # on uvloop, with a tuned collector (runs/_loop.py)
+    result = run_evaluation(config, options)  # on uvloop, with a tuned collector (runs/execution/_loop.py)
     counts = result.counts
     reward = result.summary["primary"]["reward_mean"]
     sys.stdout.write(
@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_CODES["input-not-utf8"]
     except KeyboardInterrupt as exc:
-        from shopsimrl_core.runs._evaluation_options import RunTerminated
+        from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 
         terminated = isinstance(exc, RunTerminated)
         sys.stderr.write(

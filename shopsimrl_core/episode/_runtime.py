@@ -25,7 +25,7 @@ from shopsimrl_core.adapters._validation import ModelOutput
 from shopsimrl_core.episode._prompts import PromptSet, repair_feedback_text
 from shopsimrl_core.episode._skillbank import SkillProvider
 from shopsimrl_core.episode._trace import error_block, new_trace, utc_now
-from shopsimrl_core.runs._jobs import EpisodeJob, call_seed
+from shopsimrl_core.runs.planning._jobs import EpisodeJob, call_seed
 
 __all__ = ["EpisodeSettings", "run_episode", "canonical_action", "EpisodeError", "DECODED_PARTS"]
 

@@ -181,7 +181,7 @@ def export_traces(
         redact_record({}, profile)  # raises the one-line error listing the profiles
     traces = Path(run_dir) / "traces.jsonl"
     if all_attempts:
-        from shopsimrl_core.runs._store import RunStore
+        from shopsimrl_core.runs.storage._store import RunStore
 
         records: Iterable[dict[str, Any]] = RunStore(run_dir).iter_records()
     else:

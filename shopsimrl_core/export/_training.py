@@ -49,7 +49,7 @@ def export_slime_tasks(split_file: str | Path, split: str, out_path: str | Path,
         ConfigError: unknown split, a guarded (test) split (``training-guarded-split``), or an
             output named ``traces.jsonl``.
     """
-    from shopsimrl_core.runs._splits import load_split_file
+    from shopsimrl_core.runs.planning._splits import load_split_file
 
     out = Path(out_path)
     if out.name == "traces.jsonl":

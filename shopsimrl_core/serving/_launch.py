@@ -24,8 +24,8 @@ from typing import Any
 
 from shopsimrl_core._errors import ShopSimRLError
 from shopsimrl_core.adapters._auth import bearer_headers
-from shopsimrl_core.runs._config import EvalConfig
-from shopsimrl_core.runs._evaluation_options import RunTerminated
+from shopsimrl_core.runs.config._config import EvalConfig
+from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 from shopsimrl_core.serving._devices import acquire_devices
 from shopsimrl_core.serving._processes import ServerRecord, reap_orphans, start_group, stop_group
 from shopsimrl_core.serving._templates import fill_command

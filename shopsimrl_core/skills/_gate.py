@@ -233,7 +233,7 @@ def load_gate_config(experiment_config: Path, out: Path) -> Any:
     Raises:
         SkillError (``gate-config``): the config is not a paired-validation config.
     """
-    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs.config._config import load_config
 
     config = load_config(experiment_config)
     _require_gate_config(config, experiment_config)
@@ -282,7 +282,7 @@ def run_masked(
         _write_document(assignment_path, assignments)
     run = runner
     if run is None:
-        from shopsimrl_core.runs._evaluator import run_evaluation
+        from shopsimrl_core.runs.execution._evaluator import run_evaluation
 
         run = run_evaluation
     return run(config, skill_provider=provider, plan_blocks=block, **run_kwargs)

@@ -250,7 +250,7 @@ class _PreparedGateA:
 def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     # Everything before the first rollout: config, draft, preflight, assignments, design check.
     from shopsimrl_core.episode._skillbank import load_skillbank
-    from shopsimrl_core.runs._plan import build_plan
+    from shopsimrl_core.runs.planning._plan import build_plan
 
     out = Path(settings.output_dir)
     if settings.mask_probability != MASK_PROBABILITY:

@@ -226,7 +226,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
     Raises:
         SkillError: pool, config, preflight, design or pairing problems (spec messages).
     """
-    from shopsimrl_core.runs._plan import build_plan
+    from shopsimrl_core.runs.planning._plan import build_plan
 
     out = Path(settings.output_dir)
     config = load_gate_config(settings.experiment_config, out)

@@ -20,7 +20,7 @@ from shopsimrl_core._hashing import fingerprint, json_object
 from shopsimrl_core.documents._base import Document, DocumentError
 from shopsimrl_core.documents._runs import RunManifest
 from shopsimrl_core.episode._trace import is_complete
-from shopsimrl_core.runs._jobs import episode_id
+from shopsimrl_core.runs.planning._jobs import episode_id
 
 __all__ = [
     "BareBaseline",

@@ -38,7 +38,7 @@ class IndexCache:
         self._items: dict[Path, tuple[tuple[int, int], Any]] = {}
 
     def get(self, path: Path) -> Any:
-        from shopsimrl_core.runs._index import open_run_index
+        from shopsimrl_core.runs.storage._index import open_run_index
 
         try:
             stat = (path / "traces.jsonl").stat()

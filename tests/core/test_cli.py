@@ -178,10 +178,10 @@ def test_the_cli_loads_blas_with_one_thread_unless_told_otherwise(tmp_path: Path
 
 def test_run_executes_on_uvloop_with_the_tuned_collector(tmp_path: Path) -> None:
     # `shopsimrl run` goes through run_evaluation, which runs the evaluation on its own uvloop loop
-    # with a tuned collector (runs/_loop.py, docs/runtime.md); before it, the process is untouched.
+    # with a tuned collector (runs/execution/_loop.py, docs/runtime.md); before it, the process is untouched.
     probe = (
         "import asyncio, gc, os, sys\n"
-        "import shopsimrl_core.runs._evaluator as evaluator\n"
+        "import shopsimrl_core.runs.execution._evaluator as evaluator\n"
         "async def fake(config, options=None, **kwargs):\n"
         "    loop = type(asyncio.get_running_loop()).__module__.split('.')[0]\n"
         "    print(loop, gc.get_threshold(), gc.get_freeze_count() > 0, flush=True)\n"

@@ -9,8 +9,8 @@ import yaml
 from testkit.core_runkit import small_splits, write_config
 
 from shopsimrl_core import ConfigError, load_config
-from shopsimrl_core.runs._config_sections import sanitize_name
-from shopsimrl_core.runs._dotenv import apply_dotenv, parse_dotenv
+from shopsimrl_core.runs.config._config_sections import sanitize_name
+from shopsimrl_core.runs.config._dotenv import apply_dotenv, parse_dotenv
 
 
 def test_legacy_defaults_and_normalisation(tmp_path: Path) -> None:

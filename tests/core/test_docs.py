@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from shopsimrl_core import _errors
-from shopsimrl_core.runs._config import _SECTIONS
+from shopsimrl_core.runs.config._config import _SECTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shopsimrl_core.runs import _durability
-from shopsimrl_core.runs._store import RunStore
+from shopsimrl_core.runs.storage import _durability
+from shopsimrl_core.runs.storage._store import RunStore
 
 
 @pytest.fixture
@@ -80,8 +80,8 @@ def test_normal_exit_waits_for_the_last_fsync(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os, time
-        from shopsimrl_core.runs import _durability
-        from shopsimrl_core.runs._store import RunStore
+        from shopsimrl_core.runs.storage import _durability
+        from shopsimrl_core.runs.storage._store import RunStore
         real = os.fsync
         def slow(fd):
             time.sleep(0.3)

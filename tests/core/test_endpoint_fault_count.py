@@ -12,8 +12,8 @@ import pytest
 from testkit.core_runkit import record
 
 from shopsimrl_core import EvalSummary, RunStore, summarize_run
-from shopsimrl_core.runs import _index
-from shopsimrl_core.runs._index import open_run_index
+from shopsimrl_core.runs.storage import _index
+from shopsimrl_core.runs.storage._index import open_run_index
 
 FAULT = "ModelEndpointFault"
 

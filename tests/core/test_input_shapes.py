@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from shopsimrl_core import ConfigError, load_config
-from shopsimrl_core.runs._dotenv import parse_dotenv
-from shopsimrl_core.runs._safe_yaml import yaml_shape_problem
-from shopsimrl_core.runs._splits import load_split_file
+from shopsimrl_core.runs.config._dotenv import parse_dotenv
+from shopsimrl_core.runs.config._safe_yaml import yaml_shape_problem
+from shopsimrl_core.runs.planning._splits import load_split_file
 
 SPLITS = {"splits": {"val": {"role": "val", "persona": True, "task_ids": [1, 2, 3]}}}
 

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.runs._journaled_env import JournaledEnvironment, SlotBudget
-from shopsimrl_core.runs._leases import JOURNAL_NAME, LeaseJournal
+from shopsimrl_core.runs.leases._journaled_env import JournaledEnvironment, SlotBudget
+from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
 
 
 def _lines(run_dir: Path) -> list[str]:

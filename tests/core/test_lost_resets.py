@@ -10,8 +10,8 @@ from typing import Any
 
 from shopsimrl_core.adapters._env_retry import lease_in, retry_reason
 from shopsimrl_core.adapters._http import TransportError
-from shopsimrl_core.runs._journaled_env import SlotBudget
-from shopsimrl_core.runs._leases import LeaseJournal
+from shopsimrl_core.runs.leases._journaled_env import SlotBudget
+from shopsimrl_core.runs.leases._leases import LeaseJournal
 
 
 def _failure(kind: str, *, answered: bool = False, stale: bool = False) -> TransportError:
@@ -76,7 +76,7 @@ def test_a_waiting_reset_stops_when_every_unit_is_lost() -> None:
     (SlotsLost), not after reset_wait_seconds."""
     import pytest
 
-    from shopsimrl_core.runs._journaled_env import SlotsLost
+    from shopsimrl_core.runs.leases._journaled_env import SlotsLost
 
     async def go() -> None:
         async def probe() -> dict[str, Any]:
@@ -101,7 +101,7 @@ def test_a_start_whose_free_slots_are_all_held_by_unanswered_resets_fails_its_re
     import pytest
 
     from shopsimrl_core._errors import ShopSimulatorError
-    from shopsimrl_core.runs._journaled_env import JournaledEnvironment
+    from shopsimrl_core.runs.leases._journaled_env import JournaledEnvironment
 
     dead = LeaseJournal(tmp_path, "dead")
     dead.intent("k1", "http://e")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from shopsimrl_core import FingerprintMismatch, RunStore, load_config
-from shopsimrl_core.runs._plan import build_plan
+from shopsimrl_core.runs.planning._plan import build_plan
 
 SPLITS = {"splits": {"val": {"role": "val", "persona": True, "task_ids": [1, 2, 3]}}}
 

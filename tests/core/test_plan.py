@@ -10,7 +10,7 @@ import pytest
 from testkit.core_runkit import PERSONA_SPLITS, small_splits, write_config
 
 from shopsimrl_core import ConfigError, FingerprintMismatch, RunStore, build_plan, fingerprint, load_config
-from shopsimrl_core.runs._plan import plan_differences, semantic_projection
+from shopsimrl_core.runs.planning._plan import plan_differences, semantic_projection
 
 
 def _plan(tmp_path: Path, **overrides):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from shopsimrl_core.runs._progress import ConsoleProgress, ProgressTracker
+from shopsimrl_core.runs.execution._progress import ConsoleProgress, ProgressTracker
 
 
 def _drive(listener) -> ProgressTracker:

@@ -20,7 +20,7 @@ def test_private_modules_are_not_the_public_path() -> None:
     import shopsimrl_core
 
     # Re-exported objects keep their defining module; the public path is the package itself.
-    assert shopsimrl_core.RunStore is importlib.import_module("shopsimrl_core.runs._store").RunStore
+    assert shopsimrl_core.RunStore is importlib.import_module("shopsimrl_core.runs.storage._store").RunStore
     assert "RunStore" in dir(shopsimrl_core)
     with pytest.raises(AttributeError, match="no attribute 'NotAThing'"):
         shopsimrl_core.NotAThing  # noqa: B018

@@ -17,7 +17,7 @@ from testkit.core_runkit import record
 
 from shopsimrl_core import RunStore, summarize_run
 from shopsimrl_core._errors import ConfigError, RunLockedError
-from shopsimrl_core.runs._run_folder import cut_torn_tail
+from shopsimrl_core.runs.storage._run_folder import cut_torn_tail
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The loop and collector of a synchronous run (``runs/_loop.py``): scoped to the call, then restored."""
+"""The loop and collector of a synchronous run (``runs/execution/_loop.py``): scoped to the call, then restored."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from shopsimrl_core.runs import _loop
-from shopsimrl_core.runs._loop import YOUNG_THRESHOLD, run_collector, run_coroutine
+from shopsimrl_core.runs.execution import _loop
+from shopsimrl_core.runs.execution._loop import YOUNG_THRESHOLD, run_collector, run_coroutine
 
 
 async def _loop_and_collector() -> tuple[str, tuple[int, int, int], int]:

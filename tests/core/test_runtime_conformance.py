@@ -26,7 +26,7 @@ from shopsimrl_core import build_plan, load_config, run_evaluation, summarize_ru
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint
 from shopsimrl_core.cli._main import main as cli_main
-from shopsimrl_core.runs._jobs import EpisodeJob, call_seed, episode_id, episode_seed, sample_task_ids
+from shopsimrl_core.runs.planning._jobs import EpisodeJob, call_seed, episode_id, episode_seed, sample_task_ids
 
 # --------------------------------------------------------------------------- Hashing (§2)
 
@@ -500,7 +500,7 @@ def test_new_behaviour_wide_seed_preflight(tmp_path: Path, accepts_wide: bool) -
     import asyncio
 
     from shopsimrl_core._errors import ConfigError
-    from shopsimrl_core.runs._seed_probe import check_seed_width, widest_call_seed
+    from shopsimrl_core.runs.endpoints._seed_probe import check_seed_width, widest_call_seed
 
     seeds: list[int] = []
 

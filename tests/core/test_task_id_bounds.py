@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core.runs._splits import MAX_TASK_ID, load_split_file
+from shopsimrl_core.runs.planning._splits import MAX_TASK_ID, load_split_file
 
 
 def _split(tmp_path: Path, ids: list[int]) -> Path:

@@ -15,7 +15,7 @@ from shopsimrl_core.adapters._environment import ShopSimulatorClient
 from shopsimrl_core.adapters._h1 import H1Engine
 from shopsimrl_core.adapters._http import AiohttpEngine, HttpxEngine
 from shopsimrl_core.adapters._model import ChatModelClient
-from shopsimrl_core.runs._config import config_from_mapping
+from shopsimrl_core.runs.config._config import config_from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
 SPLIT = REPO / "configs" / "sandbox" / "persona_splits.sandbox.json"

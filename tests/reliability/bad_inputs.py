@@ -184,7 +184,7 @@ def _manifest_dir(
     if manifest_is_dir:
         (run_dir / "manifest.json").mkdir()
     elif other_plan:
-        from shopsimrl_core.runs._store import RunStore
+        from shopsimrl_core.runs.storage._store import RunStore
 
         RunStore(run_dir).write_manifest({"experiment": "bad", "jobs": []}, "0" * 64, {})
     elif manifest is not None:
@@ -211,8 +211,8 @@ def _existing_run(folder: Path) -> None:
     import asyncio
 
     from shopsimrl_core.episode._trace import new_trace, utc_now
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluator import arun_evaluation
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluator import arun_evaluation
 
     async def episode(job: Any, **_: Any) -> dict[str, Any]:
         record = new_trace(job.to_dict(), job.episode_id, {}, utc_now())

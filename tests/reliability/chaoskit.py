@@ -414,6 +414,6 @@ def check_traces(traces: Path) -> TraceCheck:
 
 def outstanding_leases(run_dir: Path) -> int:
     """Leases the run's journal still lists as held."""
-    from shopsimrl_core.runs._leases import LeaseJournal
+    from shopsimrl_core.runs.leases._leases import LeaseJournal
 
     return len(LeaseJournal(run_dir, "check").outstanding())

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from chaoskit import REPO, Sandbox, check_traces, start_run, trace_lines, wait_lines, write_config
 
-from shopsimrl_core.runs._leases import LeaseJournal
+from shopsimrl_core.runs.leases._leases import LeaseJournal
 
 EXCLUSIVE_RUN = (
     "import sys\n"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from shopsimrl_core.cli._main import main
-from shopsimrl_core.runs._config import load_config
-from shopsimrl_core.runs._plan import build_plan
+from shopsimrl_core.runs.config._config import load_config
+from shopsimrl_core.runs.planning._plan import build_plan
 
 EXPECTED: dict[str, Any] = {"null": None, "empty": "", "omit": "<absent>"}
 

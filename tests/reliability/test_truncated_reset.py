@@ -16,7 +16,7 @@ import httpx
 import pytest
 from chaoskit import Sandbox, check_traces, start_run, write_config
 
-from shopsimrl_core.runs._leases import LeaseJournal
+from shopsimrl_core.runs.leases._leases import LeaseJournal
 
 
 @contextmanager

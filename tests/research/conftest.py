@@ -42,8 +42,8 @@ def strict_analyst(tmp_path_factory) -> Iterator[AnalystServer]:
 @pytest.fixture(scope="session")
 def train_run(sandbox, tmp_path_factory) -> Path:
     """A small train run of the baseline policy on the sandbox (successes and failures both)."""
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluator import run_evaluation
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluator import run_evaluation
 
     tmp = tmp_path_factory.mktemp("train")
     result = run_evaluation(load_config(run_config(tmp / "train.yaml", sandbox, name="train", split="train",

@@ -18,8 +18,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_compare_bare_vs_skills_needs_the_intended_flag(sandbox, tmp_path: Path) -> None:
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluator import run_evaluation
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluator import run_evaluation
     from shopsimrl_core.skills import build_skillbank
 
     bank = tmp_path / "bank.json"

@@ -86,8 +86,8 @@ def test_a_round_is_one_backfill_on_the_sandbox(sandbox, analyst, train_run, tmp
     import yaml
     from testkit.researchkit import run_config
 
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluator import run_evaluation
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluator import run_evaluation
     from shopsimrl_core.skills import AnalystModel, Trace2SkillConfig, run_online_failure_analysis, run_trace2skill
 
     root = tmp_path / "runs"

@@ -11,7 +11,7 @@ import pytest
 
 from shopsimrl_core import ShopSimulatorError
 from shopsimrl_core.adapters import ShopSimulatorClient
-from shopsimrl_core.runs._env_pool import EnvironmentPool
+from shopsimrl_core.runs.leases._env_pool import EnvironmentPool
 
 from .relay import Relay
 

@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from shopsimrl_core.runs._config import load_config
-from shopsimrl_core.runs._evaluator import run_evaluation
+from shopsimrl_core.runs.config._config import load_config
+from shopsimrl_core.runs.execution._evaluator import run_evaluation
 from shopsimrl_dagster.definitions import build_definitions
 from shopsimrl_dagster.registry import Checkpoint, register_checkpoint
 from shopsimrl_dagster.settings import load_pipeline_settings

@@ -6,7 +6,7 @@ from testkit.tracegen import make_trace, write_traces
 
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core.runs._jobs import EpisodeJob
+from shopsimrl_core.runs.planning._jobs import EpisodeJob
 from shopsimrl_core.skills._gate import mask_draw, preflight_bare_run, read_validation_traces
 from shopsimrl_core.skills._gate_a import AssignedSkillBank, GateAConfig, build_assignments, run_gate_a, select_chunks
 

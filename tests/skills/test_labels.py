@@ -105,7 +105,7 @@ def test_read_labels_refuses_other_schema(tmp_path):
 
 def test_label_run_refuses_a_run_in_progress(tmp_path):
     from shopsimrl_core._errors import RunLockedError
-    from shopsimrl_core.runs._store import RunStore
+    from shopsimrl_core.runs.storage._store import RunStore
     run = tmp_path / "run"
     write_traces(run / "traces.jsonl", [make_trace(1)])
     # flock is per open file description: a second RunStore in this process conflicts like another process would.

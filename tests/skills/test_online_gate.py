@@ -5,7 +5,7 @@ from testkit.gatekit import EffectRunner, make_bare_run, online_pool, write_conf
 
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
-from shopsimrl_core.runs._jobs import EpisodeJob
+from shopsimrl_core.runs.planning._jobs import EpisodeJob
 from shopsimrl_core.skills._gate import mask_draw
 from shopsimrl_core.skills._online_gate import (
     OnlineGateConfig,

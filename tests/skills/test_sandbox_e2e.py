@@ -11,8 +11,8 @@ from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.analysis._labels import label_run, read_labels
 from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank
 from shopsimrl_core.export._records import export_sft, export_traces
-from shopsimrl_core.runs._config import load_config
-from shopsimrl_core.runs._evaluator import run_evaluation
+from shopsimrl_core.runs.config._config import load_config
+from shopsimrl_core.runs.execution._evaluator import run_evaluation
 from shopsimrl_core.skills._bank import build_draft, build_skillbank, snapshot_skillbank, write_draft
 from shopsimrl_core.skills._candidates import mine_candidates
 from shopsimrl_core.skills._gate_a import GateAConfig, run_gate_a

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from shopsimrl_core.runs._jobs import EpisodeJob, episode_id
+from shopsimrl_core.runs.planning._jobs import EpisodeJob, episode_id
 
 REPO = Path(__file__).resolve().parents[2]
 PERSONA_SPLITS = REPO / "configs" / "persona_splits.v1.json"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from shopsimrl_core._hashing import write_json_atomic
-from shopsimrl_core.runs._plan import build_plan
+from shopsimrl_core.runs.planning._plan import build_plan
 from shopsimrl_core.skills._bank import build_draft, write_draft
 from shopsimrl_core.skills._pool import build_candidate_pool
 from testkit.tracegen import make_trace, write_traces
@@ -56,7 +56,7 @@ def base_reward(task_id: int) -> float:
 
 
 def make_bare_run(config_path: Path) -> Path:
-    from shopsimrl_core.runs._config import load_config
+    from shopsimrl_core.runs.config._config import load_config
 
     plan = build_plan(load_config(config_path))
     run = plan.run_dir

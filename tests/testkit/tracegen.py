@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from shopsimrl_core.runs._jobs import episode_id, episode_seed
+from shopsimrl_core.runs.planning._jobs import episode_id, episode_seed
 
 GOLD_TITLE = "北欧风格纯羊毛米白色长款围巾礼盒装"
 GOLD_OPTION = "米白色加长加厚款"

@@ -44,8 +44,8 @@ def _config(folder: Path, sandbox: Any, checkpoint: str, max_steps: int) -> Path
 def val_runs(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Path:
     """``<root>/val/ckpt-a`` and ``<root>/val/ckpt-b``: real 8-episode val runs, each with labels.parquet."""
     from shopsimrl_core import label_run
-    from shopsimrl_core.runs._config import load_config
-    from shopsimrl_core.runs._evaluator import run_evaluation
+    from shopsimrl_core.runs.config._config import load_config
+    from shopsimrl_core.runs.execution._evaluator import run_evaluation
 
     folder = tmp_path_factory.mktemp("viewer-runs")
     for checkpoint, max_steps in (("ckpt-a", 30), ("ckpt-b", 3)):

@@ -18,8 +18,8 @@ from testkit.core_runkit import record, step
 from shopsimrl_core import RunStore, build_summary
 from shopsimrl_core.analysis._exact import _stdev
 from shopsimrl_core.analysis._summary import summary_from_index
-from shopsimrl_core.runs import _index
-from shopsimrl_core.runs._index import INDEX_LOG_NAME, INDEX_SNAPSHOT_NAME, open_run_index
+from shopsimrl_core.runs.storage import _index
+from shopsimrl_core.runs.storage._index import INDEX_LOG_NAME, INDEX_SNAPSHOT_NAME, open_run_index
 
 
 def _records() -> list[dict]:

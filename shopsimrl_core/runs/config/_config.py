@@ -4,7 +4,7 @@ The schema is the earlier harness's (sections experiment / tasks / environment /
 skills / model, same key names and defaults), extended only by additive keys. Unlike the earlier
 harness, unknown keys, wrong types and contradictory values are errors: ``load_config`` reports
 every problem on its own line, ``<file>: <dotted.key>: <expectation> (got <input>); <fix>``.
-The section models themselves live in ``runs/_config_sections.py``; this module holds ``EvalConfig``,
+The section models themselves live in ``runs/config/_config_sections.py``; this module holds ``EvalConfig``,
 loading, path resolution and error rendering.
 """
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_valid
 from pydantic_core import ErrorDetails
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core.runs._config_sections import (
+from shopsimrl_core.runs.config._config_sections import (
     LAUNCHED_BASE_URL,
     EnvironmentConfig,
     ExperimentConfig,
@@ -33,7 +33,7 @@ from shopsimrl_core.runs._config_sections import (
     _Section,
     sanitize_name,
 )
-from shopsimrl_core.runs._safe_yaml import UniqueKeyLoader, yaml_shape_problem
+from shopsimrl_core.runs.config._safe_yaml import UniqueKeyLoader, yaml_shape_problem
 
 __all__ = [
     "EvalConfig",
@@ -373,7 +373,7 @@ def load_config(path: str | Path) -> EvalConfig:
     source = Path(path).expanduser().resolve()
     text = read_text_input(source, "config file", "check the path")
     try:
-        # an alias bomb or a 5,000-deep list: one line, before anything is composed (runs/_safe_yaml.py)
+        # an alias bomb or a 5,000-deep list: one line, before anything is composed (runs/config/_safe_yaml.py)
         shape = yaml_shape_problem(text)
         if shape is not None:
             raise ConfigError(f"{source}: {shape}", code="config-invalid")

@@ -4,7 +4,7 @@ Promise: each of ``ExperimentConfig``, ``TasksConfig``, ``EnvironmentConfig``, `
 ``PromptConfig``, ``SkillsConfig`` and ``ModelConfig`` validates its section strictly (unknown keys,
 wrong types and out-of-range values are errors) and carries the defaults of the earlier harness;
 each field's docstring is the key's documentation. ``sanitize_name`` is the §3.2 name rule.
-Loading YAML, resolving paths and rendering errors live in ``runs/_config.py``.
+Loading YAML, resolving paths and rendering errors live in ``runs/config/_config.py``.
 """
 
 from __future__ import annotations
@@ -161,7 +161,10 @@ class EnvironmentConfig(_HttpServers):
     After that the lease is left to the next start (it stays in the lease journal).
     """
     base_urls: list[str] = Field(default_factory=list)
-    """Additive: several servers used as one (``runs/_env_pool.py``); empty = ``base_url`` alone. Execution setting."""
+    """Additive: several servers used as one (``runs/leases/_env_pool.py``); empty = ``base_url`` alone.
+
+    Execution setting.
+    """
     exclusive: bool = False
     """Additive: the run owns the environment server(s): a start that finds any slot taken sends ``release_all``.
 

@@ -8,7 +8,7 @@ The full pre-run check of a config (these two plus a probe completion) is ``pref
 
 Each check is one request through the adapters' HTTP engine (the one runs use; no proxies unless
 *trust_env*) and no retries: a health check reports what it sees, and the run's clients repeat what
-is worth repeating. Every refusal is a :class:`~shopsimrl_core.runs._preflight.PreflightError`
+is worth repeating. Every refusal is a :class:`~shopsimrl_core.runs.endpoints._preflight.PreflightError`
 with the code of the matching preflight check (docs/errors.md), the URL in ``.url``, and a one-line
 message that names the URL and what was seen but no fix: the fix depends on where the URL came from
 (a config key, a registry entry, a pipeline setting), so the caller appends its own.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._versions import KNOWN_ENVIRONMENT_VERSIONS, KNOWN_OBSERVATION_VERSIONS
 from shopsimrl_core.adapters._auth import bearer_headers
-from shopsimrl_core.runs._preflight import PreflightError
+from shopsimrl_core.runs.endpoints._preflight import PreflightError
 
 if TYPE_CHECKING:  # annotations only: the test seam of the HTTP engine
     import httpx

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: `shopsimrl run` does not import httpx
     import httpx
 
-    from shopsimrl_core.runs._plan import EvalPlan
-    from shopsimrl_core.runs._progress import ProgressEvent
-    from shopsimrl_core.runs._store import RunStore
+    from shopsimrl_core.runs.execution._progress import ProgressEvent
+    from shopsimrl_core.runs.planning._plan import EvalPlan
+    from shopsimrl_core.runs.storage._store import RunStore
 
 __all__ = ["EvaluationOptions", "RunResult", "RunTerminated", "EpisodeFunction"]
 

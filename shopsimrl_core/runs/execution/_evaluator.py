@@ -9,12 +9,12 @@ run (Ctrl-C, SIGTERM) never leaves a half-written line: in-flight episodes relea
 the clients close within a short grace, a summary of what exists is written and the lock is released.
 
 Around the episodes (docs/runs.md#leases, #outages): every lease is journaled in ``leases.jsonl``
-and released with retries (:mod:`._leases`); leases an earlier invocation left are released at the
+and released with retries (``runs/leases/``); leases an earlier invocation left are released at the
 start; an unreachable environment or model pauses dispatching within an outage budget
-(:mod:`._outage`); an episode's next attempt waits a jittered backoff.
+(``runs/leases/_outage.py``); an episode's next attempt waits a jittered backoff.
 
 Around this module: options and result types in :mod:`._evaluation_options`, client construction
-in :mod:`._run_clients`, signal handling in :mod:`._signals`, the test-split guard in :mod:`._ledger`.
+in :mod:`._run_clients`, signal handling in :mod:`._signals`, the test-split guard in ``runs/storage/_ledger.py``.
 """
 
 from __future__ import annotations
@@ -34,24 +34,26 @@ from typing import Any
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.analysis._summary import summarize_run
 from shopsimrl_core.episode._trace import evaluator_boundary_record, is_complete, utc_now
-from shopsimrl_core.runs._config import EvalConfig
-from shopsimrl_core.runs._dotenv import apply_dotenv
-from shopsimrl_core.runs._durability import wait_durable
-from shopsimrl_core.runs._evaluation_options import EvaluationOptions, RunResult
-from shopsimrl_core.runs._jobs import EpisodeJob
-from shopsimrl_core.runs._ledger import TestAccessLedger, _ledger_key, check_test_access
-from shopsimrl_core.runs._loop import run_coroutine
-from shopsimrl_core.runs._plan import EvalPlan, build_plan
-from shopsimrl_core.runs._progress import ProgressTracker
-from shopsimrl_core.runs._run_clients import _check_api_key, _close_env, _gate_probes, _make_clients, _make_settings
-from shopsimrl_core.runs._signals import _with_signals
-from shopsimrl_core.runs._store import RunStore
+from shopsimrl_core.runs.config._config import EvalConfig
+from shopsimrl_core.runs.config._dotenv import apply_dotenv
+from shopsimrl_core.runs.execution._evaluation_options import EvaluationOptions, RunResult
+from shopsimrl_core.runs.execution._loop import run_coroutine
+from shopsimrl_core.runs.execution._progress import ProgressTracker
+from shopsimrl_core.runs.execution._run_clients import (
+    _check_api_key,
+    _close_env,
+    _gate_probes,
+    _make_clients,
+    _make_settings,
+)
+from shopsimrl_core.runs.execution._signals import _with_signals
+from shopsimrl_core.runs.planning._jobs import EpisodeJob
+from shopsimrl_core.runs.planning._plan import EvalPlan, build_plan
+from shopsimrl_core.runs.storage._durability import wait_durable
+from shopsimrl_core.runs.storage._ledger import TestAccessLedger, _ledger_key, check_test_access
+from shopsimrl_core.runs.storage._store import RunStore
 
-__all__ = [
-    "run_evaluation",
-    "arun_evaluation",
-    "boundary_record",
-]
+__all__ = ["run_evaluation", "arun_evaluation", "boundary_record"]
 
 
 # How long a cancelled run waits for the environment client to finish resets still in flight
@@ -204,7 +206,7 @@ async def _run_locked(
                 code="nothing-to-retry",
             )
         if (opts.episode_fn is None) if opts.preflight is None else opts.preflight:
-            from shopsimrl_core.runs._preflight import apreflight
+            from shopsimrl_core.runs.endpoints._preflight import apreflight
 
             report = await apreflight(
                 config,
@@ -214,11 +216,11 @@ async def _run_locked(
                 check_model=opts.episode_fn is None,
             )
         if opts.episode_fn is None:
-            from shopsimrl_core.runs._seed_probe import check_seed_width
+            from shopsimrl_core.runs.endpoints._seed_probe import check_seed_width
 
             await check_seed_width(plan, transport=opts.model_transport)
         if opts.probe_seed:
-            from shopsimrl_core.runs._seed_probe import probe_seed as _probe_seed
+            from shopsimrl_core.runs.endpoints._seed_probe import probe_seed as _probe_seed
 
             probe = await _probe_seed(plan, transport=opts.model_transport)
             plan.execution = {**plan.execution, "seed_honoured": probe["seed_honoured"], "seed_probe": probe}
@@ -292,7 +294,7 @@ async def _run_locked(
         sum(1 for eid in planned_ids if index.is_complete(eid)),
         done_rewards,
     )
-    from shopsimrl_core.runs._outage import OutageError
+    from shopsimrl_core.runs.leases._outage import OutageError
 
     try:
         await _execute(
@@ -349,10 +351,10 @@ async def _execute(
     invocation_id: str,
     report: Any = None,
 ) -> None:
-    from shopsimrl_core.runs._env_pool import per_server
-    from shopsimrl_core.runs._journaled_env import JournaledEnvironment
-    from shopsimrl_core.runs._leases import LeaseJournal
-    from shopsimrl_core.runs._outage import EndpointFaultNotices, OutageGate, retry_delay, suspected_service
+    from shopsimrl_core.runs.leases._env_pool import per_server
+    from shopsimrl_core.runs.leases._journaled_env import JournaledEnvironment
+    from shopsimrl_core.runs.leases._leases import LeaseJournal
+    from shopsimrl_core.runs.leases._outage import EndpointFaultNotices, OutageGate, retry_delay, suspected_service
 
     config = plan.config
     total_cap = config.experiment.max_total_attempts
@@ -505,13 +507,13 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
     130/143 at once; leases it still held are in ``leases.jsonl`` and released at the next start.
 
     The run has its own event loop (uvloop when installed) and a garbage collector tuned for it,
-    both for this call only (:mod:`shopsimrl_core.runs._loop`): ``shopsimrl run`` and the Dagster
+    both for this call only (:mod:`shopsimrl_core.runs.execution._loop`): ``shopsimrl run`` and the Dagster
     rollout asset get the same client. With a ``serve`` section the checkpoint's server is launched
     for the run and stopped on every way out (:mod:`shopsimrl_core.serving`).
     """
     if config.serve is None:
         return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
-    from shopsimrl_core.runs._served_run import run_served
+    from shopsimrl_core.runs.execution._served_run import run_served
 
     return run_served(config, EvaluationOptions.from_kwargs(options, kwargs))
 

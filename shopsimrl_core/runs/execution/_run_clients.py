@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from shopsimrl_core._errors import ConfigError
 
 if TYPE_CHECKING:
-    from shopsimrl_core.runs._config import EvalConfig
-    from shopsimrl_core.runs._evaluation_options import EvaluationOptions
-    from shopsimrl_core.runs._plan import EvalPlan
+    from shopsimrl_core.runs.config._config import EvalConfig
+    from shopsimrl_core.runs.execution._evaluation_options import EvaluationOptions
+    from shopsimrl_core.runs.planning._plan import EvalPlan
 
 __all__: list[str] = []
 
@@ -53,7 +53,7 @@ def _make_settings(plan: EvalPlan) -> Any:
 
 def _make_clients(plan: EvalPlan, opts: EvaluationOptions) -> tuple[Any, Any]:
     from shopsimrl_core.adapters._replicas import ReplicatedChatModelClient
-    from shopsimrl_core.runs._env_pool import environment_client
+    from shopsimrl_core.runs.leases._env_pool import environment_client
 
     config = plan.config
     # Plain clients unless model.base_urls / environment.base_urls list replicas or servers (docs/scaling.md).
@@ -78,7 +78,7 @@ async def _close_env(env: Any, grace: float) -> None:
 
 def _model_probe(plan: EvalPlan, opts: EvaluationOptions) -> Callable[[], Awaitable[Any]]:
     async def probe() -> None:
-        from shopsimrl_core.runs._preflight import _check_models
+        from shopsimrl_core.runs.endpoints._preflight import _check_models
 
         await _check_models(plan.config, opts.model_transport)
 
@@ -89,7 +89,7 @@ def _completion_probe(plan: EvalPlan, opts: EvaluationOptions) -> Callable[[], A
     """The outage gate's check after endpoint faults: one tiny completion must come back as a completion."""
 
     async def probe() -> None:
-        from shopsimrl_core.runs._preflight import _check_probe
+        from shopsimrl_core.runs.endpoints._preflight import _check_probe
 
         await _check_probe(plan.config, opts.model_transport)
 
@@ -100,7 +100,7 @@ def _gate_probes(
     plan: EvalPlan, opts: EvaluationOptions, env: Any
 ) -> tuple[dict[str, Callable[[], Awaitable[Any]]], dict[str, float]]:
     """The outage gate's probes per service, and the probe timeouts that differ from its default."""
-    from shopsimrl_core.runs._outage import MODEL_ENDPOINT
+    from shopsimrl_core.runs.leases._outage import MODEL_ENDPOINT
 
     probes = {
         "environment": env.health,

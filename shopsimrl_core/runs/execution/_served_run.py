@@ -7,15 +7,15 @@ never costs a model load.
 
 from __future__ import annotations
 
-from shopsimrl_core.runs._config import EvalConfig
-from shopsimrl_core.runs._evaluation_options import EvaluationOptions, RunResult
-from shopsimrl_core.runs._evaluator import arun_evaluation
-from shopsimrl_core.runs._ledger import check_test_access
-from shopsimrl_core.runs._loop import run_coroutine
-from shopsimrl_core.runs._plan import build_plan
-from shopsimrl_core.runs._progress import notice_sink
-from shopsimrl_core.runs._run_clients import _check_api_key
-from shopsimrl_core.runs._signals import _with_signals
+from shopsimrl_core.runs.config._config import EvalConfig
+from shopsimrl_core.runs.execution._evaluation_options import EvaluationOptions, RunResult
+from shopsimrl_core.runs.execution._evaluator import arun_evaluation
+from shopsimrl_core.runs.execution._loop import run_coroutine
+from shopsimrl_core.runs.execution._progress import notice_sink
+from shopsimrl_core.runs.execution._run_clients import _check_api_key
+from shopsimrl_core.runs.execution._signals import _with_signals
+from shopsimrl_core.runs.planning._plan import build_plan
+from shopsimrl_core.runs.storage._ledger import check_test_access
 from shopsimrl_core.serving._launch import launched_server
 
 __all__ = ["run_served"]

@@ -17,10 +17,10 @@ import threading
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from shopsimrl_core.runs._evaluation_options import RunTerminated
+from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 
 if TYPE_CHECKING:
-    from shopsimrl_core.runs._evaluation_options import RunResult
+    from shopsimrl_core.runs.execution._evaluation_options import RunResult
 
 __all__: list[str] = []
 

@@ -1,7 +1,7 @@
 """The environment as a run sees it: every lease journaled, resets within a client-side slot budget.
 
 :class:`JournaledEnvironment` wraps an environment client (or pool) with the run's
-:class:`~shopsimrl_core.runs._leases.LeaseJournal`; :class:`JournaledSession` is one episode's lease.
+:class:`~shopsimrl_core.runs.leases._leases.LeaseJournal`; :class:`JournaledSession` is one episode's lease.
 Against the real server (no expiry, and a reset keeps waiting for a slot after its client died),
 three more rules close or expose the windows a SIGKILL leaves (issue 24, docs/runs.md#leases):
 
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shopsimrl_core._errors import ShopSimulatorError
-from shopsimrl_core.runs._leases import JOURNAL_NAME, LeaseJournal
-from shopsimrl_core.runs._slot_budget import SlotBudget, SlotsLost
+from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
+from shopsimrl_core.runs.leases._slot_budget import SlotBudget, SlotsLost
 
 __all__ = ["JournaledEnvironment", "JournaledSession", "SlotBudget", "SlotsLost"]
 

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from shopsimrl_core._hashing import write_bytes_atomic as _write_bytes_atomic
-from shopsimrl_core.runs._durability import append_whole, request_fsync
+from shopsimrl_core.runs.storage._durability import append_whole, request_fsync
 
 __all__ = ["LeaseJournal", "JOURNAL_NAME"]
 

@@ -1,6 +1,6 @@
 """The client-side budget of a server's slots: how many resets a run may have at the server at once.
 
-Part of the journaled environment (``runs/_journaled_env.py``, issue 24): a reset is sent only while the
+Part of the journaled environment (``runs/leases/_journaled_env.py``, issue 24): a reset is sent only while the
 budget has a unit for it, so no reset of the run ever waits inside the server for a slot — a waiting reset
 of a killed run would be granted later to nobody. Units are served first come, first served; a unit whose
 reset answer was lost after the server may have granted it stays used (``lost``) until ``/healthz`` shows

@@ -15,9 +15,9 @@ from typing import Any
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._hashing import fingerprint
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
-from shopsimrl_core.runs._config import EvalConfig
-from shopsimrl_core.runs._jobs import EpisodeJob, plan_jobs
-from shopsimrl_core.runs._splits import TaskSplit, load_split_file
+from shopsimrl_core.runs.config._config import EvalConfig
+from shopsimrl_core.runs.planning._jobs import EpisodeJob, plan_jobs
+from shopsimrl_core.runs.planning._splits import TaskSplit, load_split_file
 
 __all__ = [
     "EvalPlan",

@@ -216,7 +216,7 @@ def load_split_file(path: str | Path) -> SplitFile:
     Raises:
         ConfigError: missing file, invalid JSON, or a split that breaks the rules above.
     """
-    from shopsimrl_core.runs._config import read_text_input
+    from shopsimrl_core.runs.config._config import read_text_input
 
     resolved = Path(path).resolve()
     text = read_text_input(resolved, "split file", "fix tasks.split_file")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core.adapters._json import dumps_strict, loads
-from shopsimrl_core.runs._index_rows import (
+from shopsimrl_core.runs.storage._index_rows import (
     _ENTRY_COLUMNS,
     _align,
     _frame,
@@ -367,7 +367,7 @@ def _writer(run_dir: Path, locked: bool) -> Iterator[bool]:
         yield True
         return
     if any(entry.is_symlink() for entry in _entries(run_dir)):
-        yield False  # a folder holding a link is refused by every writer (runs/_run_folder.py)
+        yield False  # a folder holding a link is refused by every writer (runs/storage/_run_folder.py)
         return
     try:
         fd = os.open(run_dir / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core._errors import TestSplitGuardError
 from shopsimrl_core._versions import TEST_ACCESS_LEDGER_SCHEMA
-from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl
+from shopsimrl_core.runs.storage._jsonl import _append_jsonl, _read_jsonl
 
 if TYPE_CHECKING:
-    from shopsimrl_core.runs._plan import EvalPlan
+    from shopsimrl_core.runs.planning._plan import EvalPlan
 
 __all__ = ["TestAccessLedger", "check_test_access"]
 

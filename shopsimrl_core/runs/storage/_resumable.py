@@ -16,7 +16,7 @@ from shopsimrl_core._errors import ConfigError, FingerprintMismatch, TraceFormat
 from shopsimrl_core._hashing import fingerprint
 
 if TYPE_CHECKING:
-    from shopsimrl_core.runs._store import RunStore
+    from shopsimrl_core.runs.storage._store import RunStore
 
 __all__ = ["check_resumable"]
 
@@ -36,7 +36,7 @@ def check_resumable(store: RunStore, plan: dict[str, Any], plan_fingerprint: str
             changed), or its manifest was edited by hand (the message names the edited fields when it
             can tell them).
     """
-    from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME, plan_differences
+    from shopsimrl_core.runs.planning._plan import FINGERPRINT_SCHEME, plan_differences
 
     if not store.has_content():
         return "new"
@@ -105,7 +105,7 @@ def _refuse_exported_records(store: RunStore) -> None:
     # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
     # attempts to redacted ones would mix private and shared records in one file. The run
     # index flags such lines, so only the offending line itself is read (and nothing written).
-    from shopsimrl_core.runs._index import open_run_index
+    from shopsimrl_core.runs.storage._index import open_run_index
 
     run_index = open_run_index(store.run_dir, persist=False)
     exported = run_index.first_exported()

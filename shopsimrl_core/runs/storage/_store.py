@@ -9,8 +9,8 @@ Layout of ``<output_dir>/<experiment>/`` (runtime-semantics §6.1, §22):
 - ``invocations.jsonl`` one line per invocation that touched the directory (§22.1)
 
 Readers stream ``traces.jsonl``: the index keeps byte offsets of each episode's latest line, never
-the records themselves. The line stream is ``runs/_jsonl.py``, the index view ``runs/_trace_index.py``;
-the project-level test-access ledger lives in ``runs/_ledger.py``.
+the records themselves. The line stream is ``runs/storage/_jsonl.py``, the index view ``runs/storage/_trace_index.py``;
+the project-level test-access ledger lives in ``runs/storage/_ledger.py``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
 from shopsimrl_core.adapters._json import dumps_line, loads
 from shopsimrl_core.episode._trace import is_complete, utc_now
-from shopsimrl_core.runs._durability import append_whole, request_fsync
-from shopsimrl_core.runs._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
-from shopsimrl_core.runs._run_folder import cut_torn_tail, refuse_symlinks
-from shopsimrl_core.runs._trace_index import TraceIndex
+from shopsimrl_core.runs.storage._durability import append_whole, request_fsync
+from shopsimrl_core.runs.storage._jsonl import _append_jsonl, _read_jsonl, iter_trace_lines
+from shopsimrl_core.runs.storage._run_folder import cut_torn_tail, refuse_symlinks
+from shopsimrl_core.runs.storage._trace_index import TraceIndex
 
 __all__ = [
     "RunStore",
@@ -59,7 +59,7 @@ class RunStore:
         self._lock_fd: int | None = None
         self._lock_mode: str | None = None
         self.lock_takeover: dict[str, Any] | None = None
-        from shopsimrl_core.runs._index import IndexAppender
+        from shopsimrl_core.runs.storage._index import IndexAppender
 
         self._index_appender = IndexAppender(self.run_dir)
 
@@ -287,9 +287,9 @@ class RunStore:
     def check_resumable(self, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
         """Decide, without writing, how a run of *plan* may use this directory: ``"new"`` or ``"resume"``.
 
-        See :func:`shopsimrl_core.runs._resumable.check_resumable` for the rules and the errors.
+        See :func:`shopsimrl_core.runs.storage._resumable.check_resumable` for the rules and the errors.
         """
-        from shopsimrl_core.runs._resumable import check_resumable
+        from shopsimrl_core.runs.storage._resumable import check_resumable
 
         return check_resumable(self, plan, plan_fingerprint, resume=resume)
 
@@ -301,7 +301,7 @@ class RunStore:
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a new ``manifest.json`` atomically (``fingerprint_scheme: semantic-v2``)."""
-        from shopsimrl_core.runs._plan import FINGERPRINT_SCHEME
+        from shopsimrl_core.runs.planning._plan import FINGERPRINT_SCHEME
 
         manifest: dict[str, Any] = {
             "schema_version": MANIFEST_SCHEMA,
@@ -354,8 +354,8 @@ class RunStore:
         The line is built before anything is written, so a record that cannot be serialised
         (NaN, a non-JSON value) raises without touching the file. When this returns the line is in
         the OS page cache (a killed process loses nothing, no torn line is left); its fsync runs on
-        the worker thread of :mod:`shopsimrl_core.runs._durability`, and
-        :func:`~shopsimrl_core.runs._durability.wait_durable` waits for it.
+        the worker thread of :mod:`shopsimrl_core.runs.storage._durability`, and
+        :func:`~shopsimrl_core.runs.storage._durability.wait_durable` waits for it.
 
         *finite*: top-level keys the caller vouches hold no NaN or infinite float (see
         :func:`~shopsimrl_core.adapters._json.dumps_line`); the rest of the record is checked.
@@ -408,7 +408,7 @@ class RunStore:
         cover (all of them when it is missing or stale) and written back when this store holds the
         lock or nobody does; ``persist=False`` never writes.
         """
-        from shopsimrl_core.runs._index import open_run_index
+        from shopsimrl_core.runs.storage._index import open_run_index
 
         return TraceIndex(open_run_index(self.run_dir, persist=persist, locked=self.locked))
 

@@ -1,7 +1,7 @@
 """The latest-record-wins view of ``traces.jsonl`` that ``RunStore.index()`` hands out (runtime-semantics §6.5).
 
 Promise: ``TraceIndex`` answers, per episode id, how many counted lines it has and whether its
-latest record is complete, backed by the columnar run index sidecar (``runs/_index.py``) so it
+latest record is complete, backed by the columnar run index sidecar (``runs/storage/_index.py``) so it
 holds no record and no per-episode Python object until one is asked for (``EpisodeEntry``).
 """
 
@@ -31,13 +31,13 @@ class EpisodeEntry:
 class TraceIndex:
     """Latest-record-wins index over ``traces.jsonl`` (§6.5), read from the run index sidecar.
 
-    ``run_index`` is the :class:`~shopsimrl_core.runs._index.RunIndex` it wraps (columnar: the
+    ``run_index`` is the :class:`~shopsimrl_core.runs.storage._index.RunIndex` it wraps (columnar: the
     latest row per episode); ``entries`` maps episode ids to :class:`EpisodeEntry` values built on access, so a
     run of a million episodes costs no million Python objects.
     """
 
     def __init__(self, run_index: Any) -> None:
-        from shopsimrl_core.runs._index_rows import EntryView
+        from shopsimrl_core.runs.storage._index_rows import EntryView
 
         self.run_index = run_index
         self.entries: Mapping[str, EpisodeEntry] = EntryView(run_index, _entry_from_row)

@@ -19,8 +19,8 @@ import yaml
 from pydantic import Field, ValidationError
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core.runs._config import _UniqueKeyLoader, read_text_input
-from shopsimrl_core.runs._config_sections import _Section
+from shopsimrl_core.runs.config._config import _UniqueKeyLoader, read_text_input
+from shopsimrl_core.runs.config._config_sections import _Section
 from shopsimrl_core.skills.trace2skill._pipeline import Trace2SkillConfig
 from shopsimrl_core.skills.trace2skill._structured import AnalystModel
 
