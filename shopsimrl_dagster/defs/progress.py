@@ -32,7 +32,7 @@ def build_progress(
         description=f"Reward and success (95% intervals) of every checkpoint on {described}, against training step, "
         "with the minimum detectable difference of each checkpoint's comparison with the one before it. "
         "Not materialized while no checkpoint has a summary.",
-        partitioned=False,
+        partitions_def=None,
     )
     def progress(
         context: dg.AssetExecutionContext,

@@ -28,7 +28,7 @@ import shopsimrl_core as core
 from ..settings import AnalystSettings, PipelineSettings
 from .assets import suite_asset_key
 from .failures import as_failure
-from .partitions import checkpoints
+from .optional import optional_asset
 from .resources import RunStorage, unavailable
 
 __all__ = ["AnalystEndpoint", "RoundAssetConfig", "build_research_assets", "build_research_jobs", "training_rounds",
@@ -143,9 +143,8 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
     train_suite, val_suite = settings.skills.train_suite, settings.skills.val_suite
     env = settings.environment
 
-    @dg.asset(key=DRAFT, deps=[dg.AssetKey("episode_labels")], group_name=_GROUP, partitions_def=checkpoints,
-              kinds={"json"}, output_required=False,
-              description=f"Trace2Skill draft from the {train_suite!r} run (analyst path).")
+    @optional_asset(DRAFT, name="trace2skill_draft", deps=[dg.AssetKey("episode_labels")], group=_GROUP,
+                    kinds={"json"}, description=f"Trace2Skill draft from the {train_suite!r} run (analyst path).")
     def trace2skill_draft(context: dg.AssetExecutionContext, config: Trace2SkillAssetConfig, run_storage: RunStorage,
                           analyst: AnalystEndpoint) -> Iterator[Any]:
         from shopsimrl_core import Trace2SkillConfig, run_trace2skill
@@ -166,7 +165,7 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
                 validation_dimension_cap=config.validation_dimension_cap,
                 active_skill_budget=config.active_skill_budget, concurrency=config.concurrency))
         counts = result.manifest["counts"]
-        yield dg.MaterializeResult(metadata={
+        yield dg.MaterializeResult(asset_key=DRAFT, metadata={
             "draft": dg.MetadataValue.path(str(result.draft_path)),
             "draft_sha256": result.manifest["draft_sha256"], "chunks": counts["chunks"],
             "evidence_cards": counts["evidence_cards"], "clusters": counts["clusters"],
@@ -215,9 +214,9 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
             "replacement_winners": dg.MetadataValue.json(contributions.get("replacement_winners") or {}),
             "manifest": dg.MetadataValue.path(str(result.gate.manifest_path or ""))})
 
-    @dg.asset(key=BANK, deps=[GATE], group_name=_GROUP, partitions_def=training_rounds, kinds={"json"},
-              output_required=False,
-              description="The round's selected SkillBank, frozen as an immutable skillbank-<sha256>.json.")
+    @optional_asset(BANK, name="round_selected_bank", deps=[GATE], group=_GROUP, partitions_def=training_rounds,
+                    kinds={"json"},
+                    description="The round's selected SkillBank, frozen as an immutable skillbank-<sha256>.json.")
     def round_selected_bank(context: dg.AssetExecutionContext, run_storage: RunStorage) -> Iterator[Any]:
         from shopsimrl_core import freeze_round_bank
 
@@ -227,13 +226,13 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
             context.log.info("round_selected_bank not materialized: the round's gate is not complete or selected "
                              "nothing; materialize round_online_gate first")
             return
-        yield dg.MaterializeResult(metadata={"bank_sha256": snap.bank_sha256,
+        yield dg.MaterializeResult(asset_key=BANK, metadata={"bank_sha256": snap.bank_sha256,
                                              "skillbank": dg.MetadataValue.path(str(snap.path)),
                                              "chunks": list(snap.skill_ids)})
 
-    @dg.asset(key=CURRICULUM, deps=[BANK], group_name=_GROUP, partitions_def=training_rounds, kinds={"json"},
-              output_required=False,
-              description="The frozen curriculum state (shopsimrl-skill-curriculum-v1) that drives training.")
+    @optional_asset(CURRICULUM, name="round_curriculum", deps=[BANK], group=_GROUP, partitions_def=training_rounds,
+                    kinds={"json"},
+                    description="The frozen curriculum state (shopsimrl-skill-curriculum-v1) that drives training.")
     def round_curriculum(context: dg.AssetExecutionContext, config: RoundAssetConfig,
                          run_storage: RunStorage) -> Iterator[Any]:
         from shopsimrl_core import freeze_round_bank, freeze_round_curriculum
@@ -246,14 +245,14 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
                 return
             path, state = freeze_round_curriculum(round_dir, context.partition_key, snap.path,
                                                   **_round(config, run_storage, context.partition_key).curriculum)
-        yield dg.MaterializeResult(metadata={
+        yield dg.MaterializeResult(asset_key=CURRICULUM, metadata={
             "curriculum": dg.MetadataValue.path(str(path)), "state_id": state["state_id"],
             "q": state["skill_free_probability"], "bank_sha256": state["source"]["skillbank_sha256"],
             "rho": dg.MetadataValue.json({c["skill_id"]: c["inclusion_probability"] for c in state["chunks"]})})
 
-    @dg.asset(key=JUDGE, deps=[suite_asset_key(val_suite, "eval_summary")], group_name=_GROUP,
-              partitions_def=checkpoints, kinds={"json"}, output_required=False,
-              description=f"Offline LLM judge over the frozen {val_suite!r} traces; agreement with the reward.")
+    @optional_asset(JUDGE, name="judge_verdicts", deps=[suite_asset_key(val_suite, "eval_summary")], group=_GROUP,
+                    kinds={"json"},
+                    description=f"Offline LLM judge over the frozen {val_suite!r} traces; agreement with the reward.")
     def judge_verdicts(context: dg.AssetExecutionContext, run_storage: RunStorage,
                        analyst: AnalystEndpoint) -> Iterator[Any]:
         from shopsimrl_core import judge_run
@@ -266,7 +265,7 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
         with as_failure():
             summary = judge_run(run_dir, run_dir / "judge", analyst.model())
         agreement = summary["agreement"]
-        yield dg.MaterializeResult(metadata={
+        yield dg.MaterializeResult(asset_key=JUDGE, metadata={
             "rubric": f"{summary['rubric']['rubric_id']}@{summary['rubric']['version']}",
             "judged": summary["judged"],
             "accuracy": agreement["accuracy"] if agreement["accuracy"] is not None else 0.0,

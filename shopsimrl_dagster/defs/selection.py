@@ -114,7 +114,7 @@ def build_best_checkpoint_asset(name: str, group: str, summary_key: dg.AssetKey)
         description=f"The registered checkpoint with the highest mean reward on suite {name!r}, its intervals, the "
         "runner-up and whether the paired task-level comparison tells them apart. Not materialized while no "
         "checkpoint has a summary.",
-        partitioned=False,
+        partitions_def=None,
     )
     def best_checkpoint(
         context: dg.AssetExecutionContext,
