@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
+from shopsim_sandbox.identity import read_sandbox_identity
 from shopsimrl_core import ShopSimRLError, write_text_atomic
 from shopsimrl_core.serving import stop_group
 
@@ -40,17 +40,6 @@ LOCAL_SETTINGS_NAME = "pipeline.local.yaml"
 
 class SandboxError(Exception):
     """The local sandbox could not be started or is not what the settings expect; the message says why."""
-
-
-def _get_json(url: str) -> tuple[int | None, Any]:
-    try:
-        response = httpx.get(url, timeout=5.0, trust_env=False)
-    except httpx.HTTPError as exc:
-        return None, type(exc).__name__
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, None
 
 
 def _expected_catalog_sha256(split_file: Path) -> str | None:
@@ -125,7 +114,7 @@ class LocalSandbox:
         self.env_url = f"http://127.0.0.1:{ports['env_port']}"
         self.policy_url = f"http://127.0.0.1:{ports['policy_port']}/v1"
         self.analyst_url = f"http://127.0.0.1:{ports['analyst_port']}/v1"
-        status, identity = _get_json(f"{self.env_url}/sandbox/identity")
+        status, identity = read_sandbox_identity(self.env_url)
         expected = _expected_catalog_sha256(base.split_file)
         if status != 200 or not isinstance(identity, dict) or identity.get("catalog_sha256") != expected:
             self.stop()
