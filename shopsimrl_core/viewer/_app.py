@@ -7,6 +7,12 @@ one transcript; ``/run/<rel>/label/<label>`` a failure label's episodes (``label
 the summary's intervals with their sampling design, the comparison page the core's paired
 differences with their minimum detectable difference (``_statistics``).
 
+Concurrency: every page handler is a plain function, which Starlette runs in its worker threads
+(anyio's pool), so a slow page — a run index being built, a folder that does not answer — holds up
+only its own request; the event loop just moves bytes. The run list is paginated and reads only the
+page's runs (``RunRows``, kept per state of their files); the listing of run folders is rescanned only
+when a folder holding runs changed (``ViewerRoots.runs``).
+
 Safety: only run directories under the roots are served (see ``_paths``); every trace text goes
 through Jinja2 autoescape; the CSP allows no script; the Host header must be a loopback name
 when bound to loopback (DNS rebinding). The only file the viewer may write is the run index
@@ -21,16 +27,26 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from shopsimrl_core._hashing import json_list, json_object
-from shopsimrl_core.viewer._data import IndexCache, json_text, labels_of, number_param, page_of, read_json, run_meta
+from shopsimrl_core.viewer._data import (
+    IndexCache,
+    RunRows,
+    json_text,
+    labels_of,
+    number_param,
+    page_of,
+    read_json,
+    run_meta,
+)
 from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
 from shopsimrl_core.viewer._statistics import ComparisonCache, design_view, gate_view
 
-__all__ = ["create_app", "create_viewer_app", "serve", "SORT_COLUMNS"]
+__all__ = ["create_app", "create_viewer_app", "serve", "RUNS_PER_PAGE", "SORT_COLUMNS"]
 
 SORT_COLUMNS = (
     "episode_id",
@@ -58,6 +74,9 @@ _TABLE_COLUMNS = [
     "duration ms",
     "label",
 ]
+RUNS_PER_PAGE = 100
+"""Rows of the run list per page (``/?per=`` chooses 1-500)."""
+_COMPARE_LINKS = 20  # "same task in" links on an episode page
 _MAX_FLIPS_SHOWN = 1000  # longer lists are counted, and the first 1000 of each listed
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
@@ -92,6 +111,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
     viewer_roots = ViewerRoots(roots)
     templates = environment()
     indexes = IndexCache()
+    rows = RunRows(indexes)
     comparisons = ComparisonCache()
 
     def render(name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
@@ -113,27 +133,39 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
     def run_of(rel: str) -> RunRef:
         return viewer_roots.run(rel)
 
-    async def runs_page(request: Request) -> Response:
-        items = []
-        for run in viewer_roots.runs():
-            summary = read_json(run.path / "summary.json") or {}
-            counts = summary.get("counts") or {}
-            primary = summary.get("primary") or {}
-            items.append(
-                {
-                    "rel": run.rel,
-                    "href": _href_run(run.rel),
-                    **run_meta(run),
-                    "completed": counts.get("completed", "?"),
-                    "requested": counts.get("requested", "?"),
-                    "coverage": counts.get("coverage"),
-                    "failed": counts.get("failed", "?"),
-                    "reward_mean": primary.get("reward_mean"),
-                    "success_rate": primary.get("success_rate"),
-                    "labels": (run.path / "labels.parquet").is_file(),
-                }
-            )
-        return render("runs", runs=items, roots=[str(r) for r in viewer_roots.roots])
+    def runs_page(request: Request) -> Response:
+        params = request.query_params
+        query = params.get("q", "").strip()
+        listed = viewer_roots.runs()
+        if query:
+            needle = query.casefold()
+            listed = [run for run in listed if needle in run.rel.casefold()]
+        per = max(1, min(number_param(params, "per", int) or RUNS_PER_PAGE, 500))
+        pages = max(1, math.ceil(len(listed) / per))
+        page = min(max(1, number_param(params, "page", int) or 1), pages)
+        # Only this page's runs are read (each row kept while its files keep their mtime and size).
+        items = [
+            {"rel": run.rel, "href": _href_run(run.rel), **rows.row(run)}
+            for run in listed[(page - 1) * per : page * per]
+        ]
+
+        def page_href(number: int) -> str:
+            return "/?" + urlencode({**({"q": query} if query else {}), "per": per, "page": number})
+
+        return render(
+            "runs",
+            runs=items,
+            roots=[str(r) for r in viewer_roots.roots],
+            q=query,
+            total=len(listed),
+            first=(page - 1) * per + 1 if items else 0,
+            last=(page - 1) * per + len(items),
+            page=page,
+            pages=pages,
+            per=per,
+            prev_href=page_href(page - 1) if page > 1 else None,
+            next_href=page_href(page + 1) if page < pages else None,
+        )
 
     def run_page(request: Request, run: RunRef) -> Response:
         params = request.query_params
@@ -230,7 +262,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             run_href=_href_run(run.rel),
             meta=run_meta(run),
             summary=summary,
-            design=design_view(summary),
+            design=design_view(summary, index),
             f=f,
             choices=choices,
             sorts=SORT_COLUMNS,
@@ -303,10 +335,12 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
         job = json_object(record.get("job"))
         provenance = json_object(record.get("provenance"))
         model_identity = json_object(provenance.get("model"))
-        compare_links = []
+        compare_links: list[dict[str, str]] = []
         task_id = job.get("task_id")
         if task_id is not None:
             for other in viewer_roots.runs():
+                if len(compare_links) >= _COMPARE_LINKS:
+                    break
                 if other.rel != run.rel:
                     compare_links.append(
                         {
@@ -338,7 +372,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             reward_detail=reward_detail,
             purchase=json_text(final.get("purchase")) if final else "",
             goal=json_text(final.get("goal")) if final else "",
-            compare_links=compare_links[:20],
+            compare_links=compare_links,
         )
 
     def label_page(request: Request, run: RunRef, label: str) -> Response:
@@ -368,7 +402,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             )
         return render("label", rel=run.rel, run_href=_href_run(run.rel), label=label, rows=rows)
 
-    async def run_dispatch(request: Request) -> Response:
+    def run_dispatch(request: Request) -> Response:
         tail = request.path_params["tail"]
         try:
             if "/episode/" in tail:
@@ -394,7 +428,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             "success_rate": (summary.get("primary") or {}).get("success_rate"),
         }
 
-    async def compare_page(request: Request) -> Response:
+    def compare_page(request: Request) -> Response:
         params = request.query_params
         try:
             a, b = run_of(params.get("a", "")), run_of(params.get("b", ""))
@@ -496,7 +530,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             stats=stats,
         )
 
-    async def skillbank_page(request: Request) -> Response:
+    def skillbank_page(request: Request) -> Response:
         params = request.query_params
         try:
             path = viewer_roots.file(params.get("path", ""), ".json")
@@ -593,12 +627,46 @@ create_viewer_app = create_app
 """The top-level name of :func:`create_app` (``shopsimrl_core.create_viewer_app``)."""
 
 
-def serve(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1", port: int = 3300) -> None:
-    """Serve the viewer with uvicorn until interrupted (binds 127.0.0.1 unless told otherwise)."""
+def serve(
+    roots: list[str | os.PathLike[str]],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 3300,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the viewer with uvicorn until interrupted (binds 127.0.0.1 unless told otherwise).
+
+    The socket is bound before serving, so *port* 0 takes a free port; *announce* is called with the
+    URL actually bound (``http://127.0.0.1:<port>/``) once the socket listens, before the first request.
+    Pages are answered concurrently: every handler runs in the server's worker threads.
+
+    Raises:
+        ShopSimRLError: ``view-port-unavailable`` when *host*:*port* cannot be bound.
+    """
+    import socket
+
     import uvicorn
 
+    from shopsimrl_core._errors import ShopSimRLError
+
     app = create_app(roots, host=host)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise ShopSimRLError(
+            f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); pass a free port, "
+            "or --port 0 to take any free one",
+            code="view-port-unavailable",
+        ) from exc
+    bound = sock.getsockname()[1]
+    if announce is not None:
+        announce(f"http://{'[' + host + ']' if ':' in host else host}:{bound}/")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 def register_view_cli(sub: Any) -> None:
@@ -608,7 +676,7 @@ def register_view_cli(sub: Any) -> None:
     )
     v.add_argument("roots", nargs="*", default=["runs"], help="runs roots or run directories (default: runs)")
     v.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    v.add_argument("--port", type=int, default=3300, help="port (default 3300)")
+    v.add_argument("--port", type=int, default=3300, help="port (default 3300; 0 takes a free one and prints it)")
     v.set_defaults(handler=_cmd_view)
 
 
@@ -622,6 +690,9 @@ def _cmd_view(args: Any) -> int:
             )
     if not 0 <= args.port <= 65535:
         raise ShopSimRLError(f"--port {args.port}: not a TCP port; pass 0-65535 (default 3300)", code="usage")
-    print(f"shopsimrl view: http://{args.host}:{args.port}/ serving {', '.join(args.roots)} (Ctrl-C stops)", flush=True)
-    serve(list(args.roots), host=args.host, port=args.port)
+
+    def announce(url: str) -> None:  # after binding: with --port 0 the line names the port taken
+        print(f"shopsimrl view: {url} serving {', '.join(args.roots)} (Ctrl-C stops)", flush=True)
+
+    serve(list(args.roots), host=args.host, port=args.port, announce=announce)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from shopsimrl_core._hashing import json_object
 from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.viewer._paths import RunRef
 
-__all__ = ["IndexCache", "json_text", "labels_of", "number_param", "page_of", "read_json", "run_meta"]
+__all__ = ["IndexCache", "RunRows", "json_text", "labels_of", "number_param", "page_of", "read_json", "run_meta"]
 
 
 def json_text(value: Any) -> str:
@@ -31,14 +32,23 @@ def read_json(path: Path) -> Any:
 
 
 class IndexCache:
-    """Opened run indexes, reopened when ``traces.jsonl`` changes size or mtime."""
+    """Opened run indexes, reopened when ``traces.jsonl`` changes size or mtime.
+
+    Each run directory has its own lock, so opening (or building) one run's index never holds up a
+    page of another run; at most :attr:`KEEP` indexes are kept, the least recently used dropped
+    first (a million-episode index holds hundreds of MB).
+    """
+
+    KEEP = 32
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: dict[Path, tuple[tuple[int, int], Any]] = {}
+        self._items: OrderedDict[Path, tuple[tuple[int, int], Any]] = OrderedDict()
+        self._opening: dict[Path, threading.Lock] = {}
 
     def get(self, path: Path) -> Any:
-        from shopsimrl_core.runs.storage._index import open_run_index
+        """The run index of the run directory *path*, current as of this call."""
+        from shopsimrl_core.runs import open_run_index
 
         try:
             stat = (path / "traces.jsonl").stat()
@@ -46,12 +56,108 @@ class IndexCache:
         except FileNotFoundError:
             key = (0, 0)
         with self._lock:
-            hit = self._items.get(path)
-            if hit is not None and hit[0] == key:
-                return hit[1]
+            opening = self._opening.setdefault(path, threading.Lock())
+        with opening:  # two requests for one run open it once; other runs are not waited for
+            with self._lock:
+                hit = self._items.get(path)
+                if hit is not None and hit[0] == key:
+                    self._items.move_to_end(path)
+                    return hit[1]
             index = open_run_index(path)
-            self._items[path] = (key, index)
+            with self._lock:
+                self._items[path] = (key, index)
+                self._items.move_to_end(path)
+                while len(self._items) > self.KEEP:
+                    self._items.popitem(last=False)
             return index
+
+
+_ROW_STAMPED = (
+    "summary.json",
+    "manifest.json",
+    "labels.parquet",
+    "traces.jsonl",
+    "traces.index.jsonl",
+    "traces.index.parquet",
+)
+"""The files a run-list row is read from: the row is kept while each keeps its (mtime, size)."""
+
+
+class RunRows:
+    """Each run's row of the run list, read once per state of its files.
+
+    A row comes from ``summary.json`` (a finished run); without one, from the run index when the run
+    has one (a run in flight: its counts so far, ``source`` ``index``); otherwise it holds only the
+    run's split and checkpoint. It is kept, keyed by the run folder, while every file of
+    :data:`_ROW_STAMPED` keeps its mtime and size, so a second view of a page reads no file, only
+    ``stat``s them. Files are read outside the lock: a slow disk (or a folder that blocks) holds up
+    that row's page, never another request.
+    """
+
+    def __init__(self, indexes: IndexCache) -> None:
+        self._indexes = indexes
+        self._lock = threading.Lock()
+        self._items: dict[Path, tuple[tuple[tuple[int, int] | None, ...], dict[str, Any]]] = {}
+
+    def row(self, run: RunRef) -> dict[str, Any]:
+        """The list row of *run*: split, checkpoint, counts, reward mean, success rate, labels, source."""
+        stamp = tuple(_stamp(run.path / name) for name in _ROW_STAMPED)
+        with self._lock:
+            hit = self._items.get(run.path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        row = self._read(run, has_index=stamp[4] is not None or stamp[5] is not None)
+        row["labels"] = stamp[2] is not None
+        with self._lock:
+            self._items[run.path] = (stamp, row)
+        return row
+
+    def _read(self, run: RunRef, *, has_index: bool) -> dict[str, Any]:
+        meta = run_meta(run)
+        row: dict[str, Any] = {**meta, "source": None}
+        summary = read_json(run.path / "summary.json")
+        if isinstance(summary, dict) and isinstance(summary.get("counts"), dict):
+            counts = summary["counts"]
+            primary = json_object(summary.get("primary"))
+            row.update(
+                source="summary",
+                completed=counts.get("completed"),
+                requested=counts.get("requested"),
+                coverage=counts.get("coverage"),
+                failed=counts.get("failed"),
+                reward_mean=primary.get("reward_mean"),
+                success_rate=primary.get("success_rate"),
+            )
+        elif has_index:
+            row.update(source="index", **_counts_from_index(self._indexes.get(run.path), meta.get("requested")))
+        return row
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _counts_from_index(index: Any, requested: Any) -> dict[str, Any]:
+    """The summary's headline counts over the run index's latest rows (as ``build_summary`` counts them)."""
+    import polars as pl
+
+    episodes = index.episodes
+    done = episodes.filter(pl.col("complete"))
+    rewards = done.get_column("reward").drop_nulls()
+    success = done.get_column("r_success").drop_nulls()
+    completed = done.height
+    return {
+        "completed": completed,
+        "requested": requested,
+        "coverage": completed / requested if isinstance(requested, int) and requested else None,
+        "failed": episodes.height - completed,
+        "reward_mean": float(rewards.mean()) if rewards.len() else None,
+        "success_rate": float(success.mean()) if success.len() else None,
+    }
 
 
 _META_CACHE: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
@@ -59,7 +165,10 @@ _MANIFEST_PARSE_MAX = 2 << 20  # bigger manifests (a million jobs is ~70 MB) are
 
 
 def run_meta(run: RunRef) -> dict[str, Any]:
-    """Split, checkpoint and model of a run: from a small manifest, else from the first trace line."""
+    """Split, checkpoint and model of a run: from a small manifest, else from the first trace line.
+
+    ``requested`` is the number of planned jobs when the manifest was read, else None.
+    """
     path = run.path / "manifest.json"
     try:
         stat = path.stat()
@@ -98,6 +207,7 @@ def _meta_from_trace(path: Path) -> dict[str, Any]:
         "checkpoint": model.get("checkpoint_id") or model.get("model") or "?",
         "model": model.get("model") or "?",
         "split": job.get("split") or "?",
+        "requested": None,
     }
 
 
@@ -105,10 +215,12 @@ def _meta_of(manifest: dict[str, Any]) -> dict[str, Any]:
     plan = json_object(manifest.get("plan"))
     model = json_object(plan.get("model"))
     split = json_object(plan.get("task_split"))
+    jobs = plan.get("jobs")
     return {
         "checkpoint": model.get("checkpoint_id") or plan.get("model_id") or model.get("model") or "?",
         "model": model.get("model") or "?",
         "split": split.get("name") or "?",
+        "requested": len(jobs) if isinstance(jobs, list) else None,
     }
 
 

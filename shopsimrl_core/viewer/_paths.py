@@ -9,6 +9,8 @@ with :class:`PathRefused` before the file system is touched beyond ``resolve``.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ __all__ = ["PathRefused", "ViewerRoots", "RunRef", "is_run_dir"]
 
 _SKIP_DIRS = {"superseded", "__pycache__", "node_modules"}
 _MAX_DEPTH = 5
+_MARKERS = ("traces.jsonl", "manifest.json")
 
 
 class PathRefused(Exception):
@@ -25,7 +28,7 @@ class PathRefused(Exception):
 
 def is_run_dir(path: Path) -> bool:
     """A run directory holds ``traces.jsonl`` or ``manifest.json``."""
-    return (path / "traces.jsonl").is_file() or (path / "manifest.json").is_file()
+    return any((path / name).is_file() for name in _MARKERS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class ViewerRoots:
                 self._roots.append((path.parent, path.name))
             else:
                 self._roots.append((path, None))
+        self._lock = threading.Lock()
+        self._listing: _Listing | None = None
 
     @property
     def roots(self) -> list[Path]:
@@ -102,21 +107,77 @@ class ViewerRoots:
         raise PathRefused(f"{rel!r} is not a {suffix} file under the viewer roots")
 
     def runs(self) -> list[RunRef]:
-        """Every run directory under the roots (depth ≤ 5, ``superseded/`` skipped), sorted by rel."""
+        """Every run directory under the roots (depth ≤ 5, ``superseded/`` skipped), sorted by rel.
+
+        The listing is kept between calls and rescanned only when a folder that holds runs changed
+        (see :class:`_Listing`), so a page that needs it costs one ``stat`` per such folder.
+        """
+        with self._lock:
+            if self._listing is None or not self._listing.current():
+                self._listing = _Listing.scan(self._roots)
+            return list(self._listing.runs)
+
+
+class _Listing:
+    """One scan of the roots: the run directories found and the folders that lead to them.
+
+    Why the stamps suffice: a folder's mtime changes whenever an entry is created, removed or
+    renamed in it, so a new run folder (or a folder that just got its ``manifest.json``) changes the
+    mtime of a folder scanned here. Run folders themselves are not stamped (their files change all
+    the time while a run writes); one that loses both marker files in place stays listed until its
+    parent changes, and its pages refuse it. A stamp taken within the file system's timestamp
+    granularity of the scan could miss a change made in the same tick, so such a listing is scanned
+    again on the next call (git's "racy clean" rule).
+    """
+
+    _RACY_NS = 2_000_000_000  # coarse file systems keep mtimes to 1-2 s
+
+    def __init__(self, runs: list[RunRef], stamps: dict[str, int], racy: bool) -> None:
+        self.runs = runs
+        self._stamps = stamps
+        self._racy = racy
+
+    def current(self) -> bool:
+        if self._racy:
+            return False
+        for path, stamp in self._stamps.items():
+            try:
+                if os.stat(path).st_mtime_ns != stamp:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    @classmethod
+    def scan(cls, roots: list[tuple[Path, str | None]]) -> _Listing:
+        started = time.time_ns()
         found: dict[str, RunRef] = {}
-        for root, only in self._roots:
+        stamps: dict[str, int] = {}
+        for root, only in roots:
             if only is not None:
-                path = (root / only).resolve()
-                found.setdefault(only, RunRef(root, only, path))
+                found.setdefault(only, RunRef(root, only, (root / only).resolve()))
                 continue
-            for dirpath, dirnames, _ in os.walk(root, followlinks=False):
-                here = Path(dirpath)
-                depth = len(here.relative_to(root).parts)
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
-                if here != root and is_run_dir(here):
+            stack: list[tuple[Path, int]] = [(root, 0)]
+            while stack:
+                here, depth = stack.pop()
+                try:
+                    stamp = os.stat(here).st_mtime_ns  # before listing: a later change moves it past this
+                    with os.scandir(here) as listing:
+                        entries = list(listing)
+                except OSError:
+                    continue
+                # The marker test of is_run_dir, from the listing already read (is_file follows links).
+                if here != root and any(e.name in _MARKERS and e.is_file() for e in entries):
                     rel = here.relative_to(root).as_posix()
                     found.setdefault(rel, RunRef(root, rel, here))
-                    dirnames[:] = []
-                elif depth >= _MAX_DEPTH:
-                    dirnames[:] = []
-        return [found[k] for k in sorted(found)]
+                    continue
+                stamps[str(here)] = stamp
+                if depth >= _MAX_DEPTH:
+                    continue
+                for entry in entries:
+                    name = entry.name
+                    if name in _SKIP_DIRS or name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                        continue  # a symlinked folder is never walked into (it may point out of the root)
+                    stack.append((here / name, depth + 1))
+        racy = any(stamp >= started - cls._RACY_NS for stamp in stamps.values())
+        return cls([found[k] for k in sorted(found)], stamps, racy)

@@ -46,19 +46,24 @@ _RUNS = """{% extends "base" %}{% import "macros" as m %}
 {% block body %}
 <h1>Runs</h1>
 <p class="muted">Roots: {% for r in roots %}<code>{{ r }}</code> {% endfor %}</p>
-{% if not runs %}<p>No run directory (a folder with traces.jsonl or manifest.json) under the roots.</p>{% endif %}
+<form class="filters" method="get" action="/"><label>run path contains <input type="search" name="q" value="{{ q }}"></label>
+<label>per page <input type="number" name="per" value="{{ per }}" min="1" max="500"></label> <button type="submit">show</button>{% if q %} <a href="/">all runs</a>{% endif %}</form>
+<p id="run-count"><span id="runs-total">{{ total }}</span> run{{ '' if total == 1 else 's' }}{% if q %} matching <code>{{ q }}</code>{% endif %}{% if total %} · {{ first }}–{{ last }} shown · page <span id="runs-page">{{ page }}</span> of <span id="runs-pages">{{ pages }}</span>{% endif %}
+{% if prev_href %}<a id="runs-prev" href="{{ prev_href }}">« previous</a>{% endif %} {% if next_href %}<a id="runs-next" href="{{ next_href }}">next »</a>{% endif %}</p>
+{% if not runs %}<p>No run directory (a folder with traces.jsonl or manifest.json) under the roots{% if q %} matches{% endif %}.</p>{% endif %}
 <table id="runs"><tr><th>run</th><th>suite / split</th><th>checkpoint</th><th>episodes</th><th>coverage</th>
 <th>reward mean</th><th>success rate</th><th>failed</th><th>labels</th></tr>
-{% for r in runs %}<tr>
+{% for r in runs %}<tr class="run">
 <td><a href="{{ r.href }}">{{ r.rel }}</a></td><td>{{ r.split }}</td><td>{{ r.checkpoint }}</td>
-<td>{{ r.completed }}/{{ r.requested }}</td><td>{{ m.num(r.coverage, 3) }}</td><td>{{ m.num(r.reward_mean) }}</td>
-<td>{{ m.num(r.success_rate) }}</td><td>{{ r.failed }}</td><td>{{ 'yes' if r.labels else '' }}</td></tr>
+<td>{{ '?' if r.completed is none else r.completed }}/{{ '?' if r.requested is none else r.requested }}{% if r.source == 'index' %} <span class="tag" title="no summary.json yet: counted from the run index">in flight</span>{% endif %}</td><td>{{ m.num(r.coverage, 3) }}</td><td>{{ m.num(r.reward_mean) }}</td>
+<td>{{ m.num(r.success_rate) }}</td><td>{{ '?' if r.failed is none else r.failed }}</td><td>{{ 'yes' if r.labels else '' }}</td></tr>
 {% endfor %}</table>
-{% if runs|length > 1 %}
+{% if total > 1 %}
 <h2>Compare two runs</h2>
-<form method="get" action="/compare">A <select name="a">{% for r in runs %}<option value="{{ r.rel }}">{{ r.rel }}</option>{% endfor %}</select>
-B <select name="b">{% for r in runs %}<option value="{{ r.rel }}"{% if loop.index == 2 %} selected{% endif %}>{{ r.rel }}</option>{% endfor %}</select>
-<button type="submit">compare</button></form>
+<form method="get" action="/compare"><datalist id="run-paths">{% for r in runs %}<option value="{{ r.rel }}">{% endfor %}</datalist>
+A <input name="a" list="run-paths" size="40" value="{{ runs[0].rel if runs else '' }}">
+B <input name="b" list="run-paths" size="40" value="{{ runs[1].rel if runs|length > 1 else '' }}">
+<button type="submit">compare</button> <span class="muted">(run paths as listed above; any run under the roots)</span></form>
 {% endif %}
 {% endblock %}"""
 
