@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "bootstrap_coefficients": "analysis",
     "bootstrap_mean_ci": "analysis",
     "build_summary": "analysis",
+    "category_intervals": "analysis",
     "compare_runs": "analysis",
     "CheckpointRun": "analysis",
     "best_checkpoint": "analysis",
@@ -222,6 +223,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis import bootstrap_coefficients as bootstrap_coefficients
     from shopsimrl_core.analysis import bootstrap_mean_ci as bootstrap_mean_ci
     from shopsimrl_core.analysis import build_summary as build_summary
+    from shopsimrl_core.analysis import category_intervals as category_intervals
     from shopsimrl_core.analysis import compare_runs as compare_runs
     from shopsimrl_core.analysis import fit_no_intercept_ols as fit_no_intercept_ols
     from shopsimrl_core.analysis import goal_leaks as goal_leaks

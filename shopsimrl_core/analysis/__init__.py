@@ -15,6 +15,7 @@ _EXPORTS: dict[str, str] = {
     "TraceAudit": "_audit",
     "audit_traces": "_audit",
     "goal_leaks": "_audit",
+    "category_intervals": "_categories",
     "compare_runs": "_comparison",
     "LabelTable": "_labels",
     "iter_latest_records": "_labels",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis._audit import TraceAudit as TraceAudit
     from shopsimrl_core.analysis._audit import audit_traces as audit_traces
     from shopsimrl_core.analysis._audit import goal_leaks as goal_leaks
+    from shopsimrl_core.analysis._categories import category_intervals as category_intervals
     from shopsimrl_core.analysis._comparison import compare_runs as compare_runs
     from shopsimrl_core.analysis._judge import judge_run as judge_run
     from shopsimrl_core.analysis._labels import LabelTable as LabelTable

@@ -11,8 +11,10 @@ attempts of type ``ModelEndpointFault``, every line counted), ``primary.success_
 The intervals follow the sampling design (issue 23, docs/statistics.md): with one episode per task
 they are the episode-level ones above, bit for bit; when a task has several episodes they resample
 tasks (``_design``: a task-cluster bootstrap for reward, Wilson at the design-effect sample size for
-success) and ``primary.sampling_design`` says so. Category rows carry their own intervals, ``tasks``
-and a ``small_n`` flag.
+success) and ``primary.sampling_design`` says so; the category rows (``_categories``) then carry their
+own intervals, ``tasks`` and a ``small_n`` flag. A one-repeat summary is the published document byte for
+byte, category rows included (three keys each); where those rows are shown their intervals come from
+``_categories.category_intervals``.
 
 Why one module: every key of the summary document is derived from the same per-episode frame in one
 pass, and the published definitions (§13) are easiest to audit side by side; the statistics themselves
@@ -320,7 +322,11 @@ def _summary_from_frame(
         component_sem[key] = _stdev(values) / math.sqrt(values.len()) if values.len() >= 2 else None
     if component_sem:
         summary["reward_components_sem"] = component_sem
-    breakdowns = _category_breakdown(done, clustered)
+    # With one episode per task the rows keep the published three keys, so the file stays byte for
+    # byte the published format; their intervals are computed where shown (_categories.category_intervals).
+    from shopsimrl_core.analysis._categories import category_breakdown
+
+    breakdowns = category_breakdown(done, intervals=clustered)
     if breakdowns:
         summary["breakdowns"] = {"category": breakdowns}
     return summary
@@ -436,83 +442,6 @@ def _sampling_design(reward: Any, success: Any, binary_success: bool) -> dict[st
     }
 
 
-_SMALL_N = 10
-"""Categories with fewer sampling units (tasks, or episodes with one per task) are flagged ``small_n``."""
-_CATEGORY_BOOTSTRAP_MAX_N = 50_000
-"""Runs with more scored episodes than this give their categories normal-approximation reward intervals."""
-
-
-def _category_breakdown(done: Any, clustered: bool = False) -> dict[str, Any]:
-    import polars as pl
-
-    with_cat = done.filter(pl.col("category").is_not_null())
-    if with_cat.height == 0:
-        return {}
-    grouped = (
-        with_cat.group_by("category")
-        .agg(
-            pl.len().alias("episodes"),
-            pl.col("reward").mean().alias("reward_mean"),
-            pl.col("r_success").mean().alias("success_rate"),
-        )
-        .sort("category")
-    )
-    bootstrap = done.get_column("reward").drop_nulls().len() <= _CATEGORY_BOOTSTRAP_MAX_N
-    out: dict[str, Any] = {}
-    for row in grouped.iter_rows(named=True):
-        name = row["category"]
-        entry: dict[str, Any] = {
-            "episodes": int(row["episodes"]),
-            "reward_mean": row["reward_mean"],
-            "success_rate": row["success_rate"],
-        }
-        entry.update(_category_intervals(with_cat.filter(pl.col("category") == name), name, clustered, bootstrap))
-        out[name] = entry
-    return out
-
-
-def _category_intervals(rows: Any, name: str, clustered: bool, bootstrap: bool) -> dict[str, Any]:
-    """Additive keys of one category row: sampling units, the ``small_n`` flag and both intervals.
-
-    The intervals follow the run's design: task-resampled with repeats, per episode otherwise; the
-    reward interval is a bootstrap (seeded per category) unless the run is large.
-    """
-    from shopsimrl_core.analysis._design import cluster_variance
-    from shopsimrl_core.analysis._stats import bootstrap_mean_ci, wilson_interval
-
-    metric = f"reward:category:{name}"
-    reward = _task_clusters(rows, "reward")
-    success = rows.get_column("r_success").drop_nulls()
-    units = reward.tasks if clustered else reward.episodes
-    out: dict[str, Any] = {"tasks": reward.tasks, "small_n": units < _SMALL_N}
-    if success.len() > 0 and success.is_in([0.0, 1.0]).all():
-        if clustered:
-            out["success_ci"] = _clustered_success_ci(_task_clusters(rows, "r_success"))
-        else:
-            out["success_ci"] = _ci_dict(
-                wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95,
-                n=success.len(),
-            )
-    if reward.episodes >= 2:
-        if bootstrap and clustered:
-            out["reward_ci"] = _clustered_reward_ci(reward, metric)
-        elif bootstrap:
-            values = rows.get_column("reward").drop_nulls().to_list()
-            out["reward_ci"] = bootstrap_mean_ci(values, metric=metric, seed=_BOOTSTRAP_SEED,
-                                                 samples=_BOOTSTRAP_SAMPLES)
-        else:
-            variance = cluster_variance(reward) if clustered else (
-                None if reward.episode_variance is None else reward.episode_variance / reward.episodes)
-            mean = reward.mean
-            if variance is not None and mean is not None:
-                half = 1.959963984540054 * math.sqrt(variance)
-                out["reward_ci"] = {
-                    "method": "task_cluster_normal_approximation" if clustered else "normal_approximation",
-                    "confidence_level": 0.95, "low": mean - half, "high": mean + half,
-                }
-    return out
-
-
 def _planned_ids(jobs: list[Any]) -> Any:
     """The planned episode ids of a manifest's jobs: a set, or for long plans a sorted unique Series.
 
@@ -560,12 +489,13 @@ _VECTOR_MIN_JOBS = 50_000  # plans this long get their ids formatted by polars, 
 _PLANNED_CACHE_MIN_BYTES = 4 << 20  # only plans this large (~50,000 jobs) are worth a cache file
 
 
-def _planned_of(store: RunStore) -> Any:
+def _planned_of(store: RunStore, *, write: bool = True) -> Any:
     """The manifest's planned episode ids (None without a manifest or a job list).
 
     A large manifest (a million jobs is ~70 MB of JSON) is parsed once: its sorted ids are kept in
     ``traces.index.planned.parquet``, keyed by the manifest's size, mtime and inode (the manifest is
-    written once and never rewritten on resume), and written only by a process that may write.
+    written once and never rewritten on resume), and written only by a process that may write (never
+    with *write* False: readers such as the viewer).
     """
     import polars as pl
 
@@ -588,7 +518,7 @@ def _planned_of(store: RunStore) -> Any:
     if manifest is None or not isinstance(manifest["plan"].get("jobs"), list):
         return None
     planned = _planned_ids(manifest["plan"]["jobs"])
-    if big and isinstance(planned, pl.Series):
+    if write and big and isinstance(planned, pl.Series):
         with _writer(store.run_dir, store.locked) as allowed:
             if allowed:
                 tmp = store.run_dir / f".{PLANNED_CACHE_NAME}.{os.getpid()}.tmp"

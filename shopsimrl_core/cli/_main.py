@@ -205,7 +205,13 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     from shopsimrl_core.analysis._summary import summarize_run
 
     run_dir = _require_run_dir(args.run_dir)
-    _print_json(summarize_run(run_dir, requested=args.requested, write=not args.no_write))
+    summary = summarize_run(run_dir, requested=args.requested, write=not args.no_write)
+    if args.categories:
+        from shopsimrl_core.analysis._categories import category_intervals
+
+        _print_json(category_intervals(summary, run_dir))
+    else:
+        _print_json(summary)
     return 0
 
 
@@ -325,6 +331,11 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         "--requested", type=non_negative, default=None, help="planned episode count (default: manifest jobs)"
     )
     s.add_argument("--no-write", action="store_true", help="print only; do not write summary.json")
+    s.add_argument(
+        "--categories",
+        action="store_true",
+        help="print the per-category rows with their intervals, tasks and small_n flag instead of the summary",
+    )
     s.set_defaults(handler=_cmd_summarize)
 
     c = sub.add_parser("compare", help="paired comparison of two runs (B minus A) with bootstrap intervals")

@@ -1,7 +1,9 @@
 """What the viewer shows of the core's statistics (docs/statistics.md): intervals, design, power.
 
 Nothing here computes a statistic. The run page reads ``summary.json`` (``primary`` with its
-intervals and ``sampling_design``, ``breakdowns.category``); the checkpoint comparison page reads
+intervals and ``sampling_design``) and its per-category rows through the core's
+``category_intervals`` (a one-repeat summary keeps the published rows of three keys: their intervals
+are computed there, once per state of the run, and cached); the checkpoint comparison page reads
 the core's comparison document of the two runs when one is stored next to run B (what the Dagster
 ``checkpoint_comparison`` asset or ``shopsimrl compare --output`` wrote), and otherwise asks the
 core's ``compare_runs`` for it, in memory (the viewer writes nothing), for runs of a bounded size.
@@ -11,6 +13,7 @@ The SkillBank page reads the Gate A ``contributions.json`` that selected the ban
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,13 +40,14 @@ def _repeats(design: dict[str, Any]) -> str | None:
     return str(low) if low == high else f"{low}–{high}"
 
 
-def design_view(summary: Any) -> dict[str, Any] | None:
+def design_view(summary: Any, run_index: Any = None) -> dict[str, Any] | None:
     """The run page's intervals and sampling design, from a ``summary.json`` value (None without one).
 
     ``clustered`` runs (``primary.sampling_design`` present: some task has several episodes) show
     tasks × repeats, each interval's method and the design effects; one-repeat runs show their
     episodes as the sampling units. ``categories`` are the breakdown's rows with their intervals,
-    tasks and ``small_n`` flag.
+    tasks and ``small_n`` flag: the core's ``category_intervals`` of the summary and *run_index* (the
+    page's opened ``RunIndex``; without one, rows show only what the summary holds).
     """
     if not isinstance(summary, dict):
         return None
@@ -79,7 +83,7 @@ def design_view(summary: Any) -> dict[str, Any] | None:
             }
         )
     categories = []
-    for name, row in sorted(json_object(json_object(summary.get("breakdowns")).get("category")).items()):
+    for name, row in sorted(_CATEGORIES.rows(summary, run_index).items()):
         row = json_object(row)
         success_ci, reward_ci = json_object(row.get("success_ci")), json_object(row.get("reward_ci"))
         categories.append(
@@ -107,6 +111,44 @@ def design_view(summary: Any) -> dict[str, Any] | None:
         "rows": rows,
         "categories": categories,
     }
+
+
+class _CategoryRows:
+    """The core's ``category_intervals`` per state of a run and its summary, computed once for every page.
+
+    A one-repeat run's category intervals are bootstraps computed where shown; the run page is
+    rendered for every filter and page of its table, so they are kept while neither ``traces.jsonl``
+    (the index's covered bytes) nor the summary's category rows change.
+    """
+
+    _MAX = 64  # runs kept; the oldest entry goes first
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[Path, tuple[Any, dict[str, Any]]] = {}
+
+    def rows(self, summary: dict[str, Any], run_index: Any) -> dict[str, Any]:
+        from shopsimrl_core.analysis import category_intervals
+
+        breakdown = json_object(json_object(summary.get("breakdowns")).get("category"))
+        if run_index is None or not breakdown:
+            return breakdown
+        key = (getattr(run_index, "covered_bytes", None), json.dumps(breakdown, sort_keys=True))
+        path = Path(run_index.run_dir)
+        with self._lock:
+            hit = self._items.get(path)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+        rows = category_intervals(summary, run_index)
+        with self._lock:
+            self._items.pop(path, None)
+            while len(self._items) >= self._MAX:
+                self._items.pop(next(iter(self._items)))
+            self._items[path] = (key, rows)
+        return rows
+
+
+_CATEGORIES = _CategoryRows()
 
 
 def _metric_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:

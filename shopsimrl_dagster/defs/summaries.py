@@ -1,7 +1,8 @@
 """``<suite>/eval_summary[ckpt]``: the core's ``summary.json`` of one run, shown as it is.
 
 Headline numbers with their intervals (labelled by the interval's own method), the per-category
-table and chart, and a link to the run's episodes in the trace viewer; nothing is recomputed here.
+table and chart, and a link to the run's episodes in the trace viewer; nothing is recomputed here (a
+one-repeat summary's category rows get their intervals from the core's ``category_intervals``).
 """
 
 from pathlib import Path
@@ -135,6 +136,9 @@ def build_eval_summary(
         if summary is None or "primary" not in summary:
             with as_failure():
                 summary = core.summarize_run(run_dir)
+        if summary.get("breakdowns"):
+            with as_failure():
+                summary = {**summary, "breakdowns": {"category": core.category_intervals(summary, run_dir)}}
         chart_path = run_dir / "summary_chart.png"
         title = f"{context.partition_key} · suite {name}"
         chart = _cached_chart(

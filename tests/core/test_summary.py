@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -240,30 +241,81 @@ def test_sampling_design_with_repeats_resamples_tasks_and_says_so() -> None:
         assert row["reward_ci"]["low"] <= row["reward_mean"] <= row["reward_ci"]["high"]
 
 
-def test_one_repeat_keeps_todays_primary_and_adds_only_category_intervals() -> None:
+def test_one_repeat_rows_keep_the_published_keys_and_get_intervals_where_shown(tmp_path: Path) -> None:
+    from shopsimrl_core import category_intervals
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci
+    from shopsimrl_core.runs import open_run_index
+
     s = build_summary(_synthetic(30, seed=5), requested=32, created_at="t")
     p = s["primary"]
     assert list(p) == ["reward_mean", "reward_sem", "success_rate", "success_ci", "reward_ci"]
     assert list(p["success_ci"]) == ["method", "confidence_level", "n", "low", "high"]
     assert p["reward_ci"]["method"] == "percentile_bootstrap" and "tasks" not in p["reward_ci"]
-    one = build_summary([record(t, category="鞋" if t < 12 else "帽") for t in range(15)], requested=15)
-    rows = one["breakdowns"]["category"]
+    store = RunStore(tmp_path / "run")
+    for t in range(15):
+        store.append(record(t, reward=(0.0, 0.5, 1.0)[t % 3], category="鞋" if t < 12 else "帽"))
+    one = summarize_run(store.run_dir)
+    published = ["episodes", "reward_mean", "success_rate"]
+    assert {name: list(row) for name, row in one["breakdowns"]["category"].items()} == {"帽": published,
+                                                                                        "鞋": published}
+    rows = category_intervals(one, store.run_dir)
+    assert list(rows) == ["帽", "鞋"] and rows == category_intervals(one, open_run_index(store.run_dir, persist=False))
     assert rows["鞋"]["small_n"] is False and rows["帽"]["small_n"] is True and rows["帽"]["tasks"] == 3
     assert rows["帽"]["success_ci"]["method"] == "wilson" and rows["帽"]["success_ci"]["n"] == 3
+    # the code and seeds a summary with repeats publishes its rows with, on these episodes
+    shoes = [(0.0, 0.5, 1.0)[t % 3] for t in range(12)]
+    assert rows["鞋"]["reward_ci"] == bootstrap_mean_ci(shoes, metric="reward:category:鞋", samples=2000)
     assert rows["鞋"]["reward_ci"]["method"] == "percentile_bootstrap"
+    assert json.loads(store.summary_path.read_text(encoding="utf-8")) == one  # nothing written back
+    # traces that changed after the summary: a row whose numbers moved gets no interval of other episodes
+    store.append(record(20, reward=1.0, category="帽"))
+    stale = category_intervals(one, store.run_dir)
+    assert list(stale["帽"]) == published and stale["鞋"] == rows["鞋"]
 
 
-def test_one_repeat_summary_is_the_pre_issue_23_bytes() -> None:
-    # Pinned with the summary code before task-level intervals existed (commit a83f026): everything
-    # but the category rows, which gained additive interval keys, is byte for byte the same.
+def test_rows_that_carry_their_intervals_are_returned_as_they_are(tmp_path: Path) -> None:
+    from shopsimrl_core import category_intervals
+
+    s = build_summary(_repeated(9, 3, seed=1), requested=27)
+    assert category_intervals(s, tmp_path / "no-such-run") == s["breakdowns"]["category"]
+    assert category_intervals({"primary": {}}, tmp_path / "no-such-run") == {}
+
+
+def _synthetic_with_categories() -> list[dict]:
+    """_synthetic()'s 62 records with categories (CJK and ASCII; every 13th episode without one)."""
+    names = ["围巾", "鞋", "帽", "bags & co"]
+    out = _synthetic()
+    for rec in out:
+        task = rec["job"]["task_id"]
+        if rec["status"] == "completed" and task % 13:
+            rec["final"]["goal"]["category"] = names[task % 7 % 4]
+    return out
+
+
+def test_one_repeat_summary_file_is_the_published_bytes(tmp_path: Path) -> None:
+    # Pinned with the summary code before task-level intervals existed (commit a83f026): its
+    # summarize_run wrote PRE_ISSUE_23 for these traces, category rows included. Since then only
+    # counts.endpoint_faults (issue 24, additive) joined the file; nothing else may change a byte.
     import hashlib
 
-    s = build_summary(_synthetic(), requested=62, created_at="t")
-    s.pop("breakdowns", None)
-    assert s["primary"]["reward_ci"]["low"] == 0.20833333333333334
-    assert s["primary"]["success_ci"]["high"] == 0.2803161316361453
-    assert hashlib.sha256(json.dumps(s).encode()).hexdigest() == (
-        "c3f9b3f379660dad2afaece09740c990240ab1b697977f3d8d125b97759fa48e"
+    from shopsimrl_core._hashing import dumps_pretty
+
+    pre_issue_23 = "8be3dd8d2c7d345634d66c744c03070b7dc9c22b0c78cb595c0d5a86c9867b4c"
+    store = RunStore(tmp_path / "run")
+    for rec in _synthetic_with_categories():
+        store.append(rec)
+    summarize_run(store.run_dir, requested=62, created_at="2026-01-01T00:00:00+00:00")
+    data = store.summary_path.read_bytes()
+    doc = json.loads(data)
+    assert set(doc["breakdowns"]["category"]) == {"围巾", "鞋", "帽", "bags & co"}
+    assert doc["primary"]["reward_ci"]["low"] == 0.20833333333333334
+    assert doc["primary"]["success_ci"]["high"] == 0.2803161316361453
+    assert data.count(b'    "endpoint_faults": 0,\n') == 1
+    assert hashlib.sha256(data.replace(b'    "endpoint_faults": 0,\n', b"")).hexdigest() == pre_issue_23
+    # build_summary (no endpoint-fault count given) is a83f026's document as it was
+    built = build_summary(_synthetic_with_categories(), requested=62, created_at="2026-01-01T00:00:00+00:00")
+    assert hashlib.sha256(dumps_pretty(built).encode()).hexdigest() == (
+        "7c219f16ff9042d91a288306d60800b095f75965edf2f368b05c3511a2952a34"
     )
 
 
@@ -275,3 +327,106 @@ def test_summaries_with_and_without_repeats_round_trip_through_the_document_mode
         assert json.dumps(parsed.to_json()) == json.dumps(s)
     design = EvalSummary.parse(build_summary(_repeated(9, 3, seed=1), requested=27)).primary.sampling_design
     assert design is not None and design.tasks == 9 and design.unit == "task"
+
+
+def _published_example() -> dict:
+    """The §13.2 reference summary of docs/reference/runtime-semantics.md: the published format."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "runtime-semantics.md").read_text(
+        encoding="utf-8")
+    section = re.search(r"^### 13\.2 .*?$(.*?)(?=^#+ )", text, re.M | re.S)
+    assert section
+    (block,) = re.findall(r"```json\n(.*?)```", section.group(1), re.S)
+    return json.loads(block)
+
+
+def test_a_one_repeat_sandbox_run_writes_the_published_format_byte_for_byte(tmp_path: Path, sandbox) -> None:
+    """A real run (sandbox over loopback HTTP, one episode per task): summary.json is the §13.2 document
+    with only the additive keys published before issue 23, in their places, written as §2.4 says;
+    the category rows hold their three published keys, their intervals come from category_intervals."""
+    import yaml
+
+    from shopsimrl_core import category_intervals, load_config, run_evaluation
+    from shopsimrl_core._hashing import dumps_pretty
+    from shopsimrl_core.analysis._stats import bootstrap_mean_ci, wilson_interval
+
+    data = {"experiment": {"name": "published", "output_dir": str(tmp_path), "seed": 20260830, "concurrency": 4},
+            "tasks": {"split_file": str(sandbox.split_file), "split": "val", "sample_size": 24},
+            "environment": {"base_url": sandbox.env_url, "timeout": 30},
+            "model": {"name": sandbox.served_model, "base_url": sandbox.policy_url, "api_key_env": None,
+                      "checkpoint_id": "sandbox", "max_retries": 3, "retry_backoff_seconds": 0.05}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    run_evaluation(load_config(tmp_path / "c.yaml"))
+    run = tmp_path / "published"
+    text = (run / "summary.json").read_text(encoding="utf-8")
+    doc = json.loads(text)
+    assert text == dumps_pretty(doc)  # UTF-8, indent 2, non-ASCII literal (runtime-semantics §2.4)
+
+    example = _published_example()
+    assert list(doc) == [*example, "reward_components_sem", "breakdowns"]
+    assert list(doc["counts"]) == [*example["counts"], "endpoint_faults", "duplicate_completed",
+                                   "unplanned_episodes"]
+    assert list(doc["primary"]) == [*example["primary"], "success_ci", "reward_ci"]
+    assert list(doc["behavior"]) == list(example["behavior"]) and list(doc["cost"]) == list(example["cost"])
+    assert list(doc["reward_components"]) == sorted(doc["reward_components"])
+    assert list(doc["breakdowns"]) == ["category"]
+
+    latest: dict[str, dict] = {}
+    for line in (run / "traces.jsonl").read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        latest[rec["episode_id"]] = rec
+    done = [latest[k] for k in sorted(latest) if latest[k]["status"] == "completed"]
+    assert len(done) == doc["counts"]["completed"] == 24
+    assert len({r["job"]["task_id"] for r in done}) == 24  # one episode per task
+    rewards = [r["final"]["reward"] for r in done]
+    successes = [r["final"]["reward_detail"]["r_success"] for r in done]
+    assert doc["primary"]["success_ci"] == {"method": "wilson", "confidence_level": 0.95, "n": 24,
+                                            "low": wilson_interval(int(sum(successes)), 24)[0],
+                                            "high": wilson_interval(int(sum(successes)), 24)[1]}
+    assert doc["primary"]["reward_ci"] == bootstrap_mean_ci(rewards, metric="reward", samples=2000)
+
+    by_category: dict[str, list[dict]] = {}
+    for r in done:
+        by_category.setdefault(r["final"]["goal"]["category"], []).append(r)
+    rows = doc["breakdowns"]["category"]
+    assert list(rows) == sorted(by_category) and len(rows) >= 2
+    for name, row in rows.items():
+        mine = by_category[name]
+        assert list(row) == ["episodes", "reward_mean", "success_rate"]
+        assert row["episodes"] == len(mine)
+        assert row["reward_mean"] == pytest.approx(math.fsum(r["final"]["reward"] for r in mine) / len(mine),
+                                                   rel=1e-15)
+        assert row["success_rate"] == pytest.approx(
+            sum(r["final"]["reward_detail"]["r_success"] for r in mine) / len(mine), rel=1e-15)
+
+    shown = category_intervals(doc, run)
+    for name, row in shown.items():
+        mine = by_category[name]
+        assert {k: row[k] for k in ("episodes", "reward_mean", "success_rate")} == rows[name]
+        assert row["tasks"] == len(mine) and row["small_n"] is (len(mine) < 10)
+        assert row["success_ci"]["method"] == "wilson" and row["success_ci"]["n"] == len(mine)
+        if len(mine) >= 2:
+            assert row["reward_ci"] == bootstrap_mean_ci([r["final"]["reward"] for r in mine],
+                                                         metric=f"reward:category:{name}", samples=2000)
+    assert (run / "summary.json").read_text(encoding="utf-8") == text
+
+
+def test_summarize_categories_prints_the_rows_the_viewer_and_dagster_show(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from shopsimrl_core import category_intervals
+
+    store = RunStore(tmp_path / "run")
+    for rec in _synthetic_with_categories():
+        store.append(rec)
+    done = subprocess.run([sys.executable, "-m", "shopsimrl_core.cli._main", "summarize", str(store.run_dir),
+                           "--categories"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    summary = json.loads(store.summary_path.read_text(encoding="utf-8"))  # written as usual, published rows
+    assert all(list(row) == ["episodes", "reward_mean", "success_rate"]
+               for row in summary["breakdowns"]["category"].values())
+    assert rows == category_intervals(summary, store.run_dir)
+    assert rows["bags & co"]["small_n"] is True and rows["bags & co"]["reward_ci"]["method"] == "percentile_bootstrap"

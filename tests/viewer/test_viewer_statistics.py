@@ -89,6 +89,15 @@ def test_run_page_shows_the_design_its_intervals_follow(tmp_path: Path, viewer_f
     assert (
         f"success rate {primary['success_rate']:.3f} [{success['low']:.3f}, {success['high']:.3f}] wilson 14 episodes"
     ) in _text(page, "intervals")
+    # summary.json keeps the published category rows; the page shows the core's category_intervals
+    summary = json.loads((single / "summary.json").read_text())
+    assert "small_n" not in summary["breakdowns"]["category"]["A"]
+    row = core.category_intervals(summary, single)["A"]
+    assert (
+        f"A {row['tasks']} {row['episodes']} {row['success_rate']:.3f} "
+        f"[{row['success_ci']['low']:.3f}, {row['success_ci']['high']:.3f}] {row['reward_mean']:.3f} "
+        f"[{row['reward_ci']['low']:.3f}, {row['reward_ci']['high']:.3f}] wilson / percentile_bootstrap small n"
+    ) in _text(page, "categories")
 
 
 def test_comparison_page_shows_the_detectable_difference_and_within_noise(tmp_path: Path, viewer_for) -> None:
