@@ -19,7 +19,7 @@ from shopsimrl_core import RunStore, build_summary
 from shopsimrl_core.analysis._exact import _stdev
 from shopsimrl_core.analysis._summary import summary_from_index
 from shopsimrl_core.runs.storage import _index
-from shopsimrl_core.runs.storage._index import INDEX_LOG_NAME, INDEX_SNAPSHOT_NAME, open_run_index
+from shopsimrl_core.runs.storage._index import INDEX_LOG_NAME, INDEX_SNAPSHOT_NAME, RUN_INDEX_SCHEMA, open_run_index
 
 
 def _records() -> list[dict]:
@@ -51,13 +51,20 @@ def _latest(records: list[dict]) -> list[dict]:
     return [latest[k] for k in sorted(latest)]
 
 
+def _log_rows(run_dir: Path) -> list[bytes]:
+    """The log's rows after its schema header (which every log written now starts with)."""
+    lines = (run_dir / INDEX_LOG_NAME).read_bytes().splitlines()
+    assert json.loads(lines[0]) == {"offset": -1, "length": 0, "index_schema": RUN_INDEX_SCHEMA}
+    return lines[1:]
+
+
 def test_appends_keep_the_sidecar_current_and_the_summary_matches_the_records(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     records = _records()
     for rec in records:
         store.append(rec)
     store.close_traces()
-    log = (tmp_path / INDEX_LOG_NAME).read_bytes().splitlines()
+    log = _log_rows(tmp_path)
     assert len(log) == len(records)  # one row per trace line, written by the appender
     index = open_run_index(tmp_path, persist=False)
     assert index.covered_bytes == (tmp_path / "traces.jsonl").stat().st_size
@@ -82,7 +89,7 @@ def test_reader_catches_up_from_the_tail_and_rebuilds_replaced_traces(tmp_path: 
     index = open_run_index(tmp_path)
     assert index.episode("task-000040__sample-000")["complete"] is True
     assert index.line_count == 7 and index.skipped_lines == 1
-    assert len((tmp_path / INDEX_LOG_NAME).read_bytes().splitlines()) == 6  # the torn tail is never covered
+    assert len(_log_rows(tmp_path)) == 6  # the torn tail is never covered
     # replace the traces with different content: the stale index must not be trusted
     traces.write_text(json.dumps(record(90, reward=0.0)) + "\n", encoding="utf-8")
     rebuilt = open_run_index(tmp_path)
@@ -97,11 +104,11 @@ def test_snapshot_compaction_and_merge(tmp_path: Path, monkeypatch: pytest.Monke
     for rec in records[:6]:
         store.append(rec)
     store.index()  # a persisting open with ≥ COMPACT_AT rows beyond the snapshot compacts
-    assert (tmp_path / INDEX_SNAPSHOT_NAME).is_file() and (tmp_path / INDEX_LOG_NAME).read_bytes() == b""
+    assert (tmp_path / INDEX_SNAPSHOT_NAME).is_file() and _log_rows(tmp_path) == []
     for rec in records[6:]:
         store.append(rec)
     store.close_traces()
-    assert len((tmp_path / INDEX_LOG_NAME).read_bytes().splitlines()) == len(records) - 6
+    assert len(_log_rows(tmp_path)) == len(records) - 6
     merged = open_run_index(tmp_path, persist=False)
     assert merged.covered_lines == len(records) and merged.tail.height == len(records) - 6
     assert merged.episode("task-000003__sample-000")["attempts"] == 2  # one line in the snapshot, one in the log
@@ -138,7 +145,7 @@ def test_a_reader_never_writes_while_a_writer_holds_the_lock(tmp_path: Path) -> 
     finally:
         holder.communicate("\n", timeout=30)
     open_run_index(tmp_path)
-    assert len((tmp_path / INDEX_LOG_NAME).read_bytes().splitlines()) == 3
+    assert len(_log_rows(tmp_path)) == 3
 
 
 def test_fast_mean_and_stdev_are_fsum_and_statistics_bit_for_bit() -> None:
@@ -198,3 +205,33 @@ def test_large_plans_are_parsed_once_and_the_cache_follows_the_manifest(
     assert summarize_run(tmp_path, write=False, created_at="t") == first  # from the cache
     store.write_manifest({"jobs": jobs[:5]}, "f", {})  # a new manifest: the cache no longer applies
     assert summarize_run(tmp_path, write=False, created_at="t")["counts"]["requested"] == 5
+
+
+def test_the_schema_is_derived_from_the_columns_so_a_new_column_cannot_go_unversioned() -> None:
+    from shopsimrl_core.runs.storage import _index_rows
+
+    assert _index_rows.index_schema() == RUN_INDEX_SCHEMA
+    assert _index_rows.index_schema((*_index_rows._FIXED, ("new_metric", "float"))) != RUN_INDEX_SCHEMA
+    retyped = tuple((name, "str" if name == "reward" else kind) for name, kind in _index_rows._FIXED)
+    assert _index_rows.index_schema(retyped) != RUN_INDEX_SCHEMA
+    assert _index_rows.index_schema(stats=(*_index_rows.INDEX_STATS, "x")) != RUN_INDEX_SCHEMA
+
+
+@pytest.mark.parametrize("header", [None, {"offset": -1, "length": 0, "index_schema": "shopsimrl-run-index-v1-old"}])
+def test_a_log_of_another_schema_is_rewritten_from_the_traces_not_read_with_gaps(
+    tmp_path: Path, header: dict[str, object] | None
+) -> None:
+    store = RunStore(tmp_path)
+    records = _records()[:5]
+    for rec in records:
+        store.append(rec)
+    store.close_traces()
+    # The same rows as an older writer left them: without the `reward` column, under no or another header.
+    rows = [json.loads(line) for line in _log_rows(tmp_path)]
+    old = [json.dumps(header)] if header else []
+    old += [json.dumps({k: v for k, v in row.items() if k != "reward"}) for row in rows]
+    (tmp_path / INDEX_LOG_NAME).write_text("\n".join(old) + "\n", encoding="utf-8")
+    index = open_run_index(tmp_path)
+    expected = {r["episode_id"]: r["final"]["reward"] for r in records if r.get("status") == "completed"}
+    assert expected and {e: index.episode(e)["reward"] for e in expected} == expected
+    assert [json.loads(line) for line in _log_rows(tmp_path)] == rows  # rewritten under the current header

@@ -34,9 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core.adapters._json import dumps_strict, loads
+from shopsimrl_core.adapters._json import loads
+from shopsimrl_core.runs.storage._index_log import INDEX_LOG_NAME, dump_rows, log_path, open_for_append, read_log
 from shopsimrl_core.runs.storage._index_rows import (
     _ENTRY_COLUMNS,
+    INDEX_STATS,
+    RUN_INDEX_SCHEMA,
     _align,
     _frame,
     _scan_traces,
@@ -56,15 +59,11 @@ __all__ = [
     "IndexAppender",
 ]
 
-RUN_INDEX_SCHEMA = "shopsimrl-run-index-v1"
-INDEX_LOG_NAME = "traces.index.jsonl"
 INDEX_SNAPSHOT_NAME = "traces.index.parquet"
 COMPACT_AT = 10_000
 """Rows beyond the snapshot after which a persisting open writes a new snapshot."""
 
-_STATS = ("attempts", "completed_lines", "endpoint_faults")
-"""Per-episode sums over its lines: counted lines, completed lines, failed attempts whose error type is
-``ModelEndpointFault`` (the summary's ``counts.endpoint_faults``, issue 24)."""
+_STATS = INDEX_STATS
 ENDPOINT_FAULT_TYPE = "ModelEndpointFault"
 
 
@@ -280,10 +279,6 @@ def _snapshot_path(run_dir: Path) -> Path:
     return run_dir / INDEX_SNAPSHOT_NAME
 
 
-def _log_path(run_dir: Path) -> Path:
-    return run_dir / INDEX_LOG_NAME
-
-
 def _read_snapshot(run_dir: Path) -> tuple[Any, _State] | None:
     path = _snapshot_path(run_dir)
     if not path.exists():
@@ -303,30 +298,6 @@ def _read_snapshot(run_dir: Path) -> tuple[Any, _State] | None:
         return None
     except Exception:  # a broken or foreign snapshot is simply rebuilt
         return None
-
-
-def _read_log(run_dir: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    try:
-        handle = open(_log_path(run_dir), "rb")
-    except FileNotFoundError:
-        return rows
-    with handle:
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                break  # a torn index line: the traces still hold the truth, catch-up rescans
-            try:
-                value = loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                break
-            if (
-                not isinstance(value, dict)
-                or not isinstance(value.get("offset"), int)
-                or not isinstance(value.get("length"), int)
-            ):
-                break
-            rows.append(value)
-    return rows
 
 
 def _still_describes(path: Path, last: tuple[int, int, str | None] | None) -> bool:
@@ -388,13 +359,6 @@ def _writer(run_dir: Path, locked: bool) -> Iterator[bool]:
         os.close(fd)
 
 
-def _dump_rows(rows: list[dict[str, Any]]) -> bytes:
-    # compact, non-ASCII literal, a NaN read from a hand-edited trace kept as the stdlib writes it
-    return b"".join(
-        dumps_strict({k: v for k, v in row.items() if v is not None or k == "episode_id"}) + b"\n" for row in rows
-    )
-
-
 def _write_snapshot(run_dir: Path, episodes: Any, state: _State) -> None:
     target = _snapshot_path(run_dir)
     tmp = run_dir / f".{INDEX_SNAPSHOT_NAME}.{os.getpid()}.tmp"
@@ -426,7 +390,8 @@ def open_run_index(run_dir: str | os.PathLike[str], *, persist: bool | None = No
         base = _latest(_frame([]))
     fresh: list[dict[str, Any]] = []
     expected = state.trace_bytes
-    logged = [row for row in _read_log(run) if row["offset"] >= state.trace_bytes]
+    log = read_log(run)
+    logged = [row for row in log.rows if row["offset"] >= state.trace_bytes]
     # (rows below trace_bytes are already in the snapshot: a crash between snapshot and truncation)
     for row in logged:
         if row["offset"] != expected:
@@ -440,7 +405,7 @@ def open_run_index(run_dir: str | os.PathLike[str], *, persist: bool | None = No
     rebuilt = False
     if not _still_describes(traces, last):
         base, state, fresh, rebuilt = _latest(_frame([])), _State(), [], True
-    log_dirty = len(logged) != len(fresh)
+    log_dirty = len(logged) != len(fresh) or log.stale
     tail = _frame(fresh) if fresh else _frame([])
     covered_state = state.add(tail)
     frames, new_rows, count, covered, tail_lines, tail_skipped = _scan_traces(
@@ -457,17 +422,17 @@ def open_run_index(run_dir: str | os.PathLike[str], *, persist: bool | None = No
                 if beyond >= COMPACT_AT:
                     _write_snapshot(run, index.episodes, current)
                     # Rows are keyed by offset, so a crash right here leaves only rows that are ignored.
-                    with open(_log_path(run), "wb"):
-                        pass
+                    with open(log_path(run), "wb") as handle:
+                        handle.write(dump_rows([], header=True))
                 elif rebuilt or log_dirty:
                     from shopsimrl_core._hashing import write_bytes_atomic
 
-                    write_bytes_atomic(_log_path(run), _dump_rows([*fresh, *new_rows]))
+                    write_bytes_atomic(log_path(run), dump_rows([*fresh, *new_rows], header=True))
                     if rebuilt:
                         _snapshot_path(run).unlink(missing_ok=True)
                 elif count:
-                    with open(_log_path(run), "ab") as handle:
-                        handle.write(_dump_rows(new_rows))
+                    with open_for_append(run) as handle:
+                        handle.write(dump_rows(new_rows))
     return index
 
 
@@ -510,7 +475,7 @@ class IndexAppender:
         self._lines += 1
         row = index_row(record, offset=offset, length=len(line), line=self._lines)
         if self._handle is None:
-            self._handle = open(_log_path(self.run_dir), "ab")
-        self._handle.write(_dump_rows([row]))
+            self._handle = open_for_append(self.run_dir)
+        self._handle.write(dump_rows([row]))
         self._handle.flush()
         self._covered = offset + len(line)

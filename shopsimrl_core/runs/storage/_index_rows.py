@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from shopsimrl_core._hashing import json_list, json_object
 from shopsimrl_core.adapters._json import loads
 from shopsimrl_core.episode._trace import is_complete
 
-__all__ = ["episode_row", "index_row"]
+__all__ = ["INDEX_STATS", "RUN_INDEX_SCHEMA", "episode_row", "index_row", "index_schema"]
 
 # Fixed columns of one index row; ``c::<r_key>`` (Float64) and ``t::<token key>`` (Int64) are added
 # for every reward component and token count seen.
@@ -44,6 +46,23 @@ _FIXED: tuple[tuple[str, str], ...] = (
     ("termination_reason", "str"),
     ("category", "str"),
 )
+INDEX_STATS: tuple[str, ...] = ("attempts", "completed_lines", "endpoint_faults")
+"""Per-episode sums over its lines in the compacted snapshot: counted lines, completed lines, failed
+attempts whose error type is ``ModelEndpointFault`` (the summary's ``counts.endpoint_faults``, issue 24)."""
+
+
+def index_schema(fixed: tuple[tuple[str, str], ...] = _FIXED, stats: tuple[str, ...] = INDEX_STATS) -> str:
+    """The run index's schema version, derived from its columns (``shopsimrl-run-index-v1-<digest>``).
+
+    Adding, renaming or retyping a column changes it, so an index written before is rebuilt from the
+    traces rather than read with nulls in the new column (issue 25).
+    """
+    layout = {"fixed": [list(column) for column in fixed], "stats": list(stats), "prefixes": ["c::", "t::"]}
+    digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:12]
+    return f"shopsimrl-run-index-v1-{digest}"
+
+
+RUN_INDEX_SCHEMA = index_schema()
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
