@@ -13,20 +13,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
-
-# Custom run launchers and coordinators implement these interfaces; Dagster exposes them from its
-# launcher and run-coordinator packages.
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
-from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
-from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus  # private: dagster 1.13 does not export them
 
 from shopsimrl_core import ShopSimRLError
 
 from .run_tags import ENDPOINT_TAG, GPU_POOL_TAG, GPU_POOL_VALUE, uses_endpoint
 from .settings import REPO_ROOT
+
+if TYPE_CHECKING:
+    from dagster._core.launcher import LaunchRunContext  # private: dagster 1.13 does not export it
+    from dagster._core.run_coordinator.queued_run_coordinator import RunQueueConfig  # private: not exported
+    from dagster._serdes import ConfigurableClassData  # private: dagster 1.13 does not export it
 
 __all__ = [
     "DAGSTER_HOME_ENV",
@@ -34,6 +39,7 @@ __all__ = [
     "INSTANCE_TEMPLATE",
     "LocalProcessRunLauncher",
     "EndpointQueuedRunCoordinator",
+    "RUN_WORKER_PID_TAG",
     "run_worker_pid",
     "default_dagster_home",
     "prepare_dagster_home",
@@ -43,6 +49,8 @@ DAGSTER_HOME_ENV = "SHOPSIMRL_DAGSTER_HOME"
 INSTANCE_TEMPLATE = REPO_ROOT / "configs" / "pipeline" / "dagster.yaml"
 PROJECT_DAGSTER_HOME = REPO_ROOT / ".dagster_home"
 """The project's own instance folder (``make demo`` and ``make ui`` without ``SHOPSIMRL_DAGSTER_HOME``)."""
+RUN_WORKER_PID_TAG = "shopsimrl/run-worker-pid"
+"""Run tag: the pid of the run worker process ``LocalProcessRunLauncher`` started on the daemon's host."""
 _WORKER_MESSAGES = (
     "Started process for run",
     "Executing steps in process",
@@ -95,30 +103,87 @@ def _process_alive(pid: int) -> bool:
 
 
 class LocalProcessRunLauncher(dg.DefaultRunLauncher):
-    """Dagster's default launcher (a run worker process per run, on this machine) plus a health check.
+    """A run worker process per run on this machine, started by the launcher itself, plus a health check.
 
-    The default launcher cannot tell the run monitor that a run worker died, so a killed run stays
-    STARTED forever and keeps its place in the per-endpoint run queue. This launcher reports a run
-    whose worker process no longer exists as FAILED; the run monitor (``run_monitoring`` in
-    ``dagster.yaml``) then marks the run failed, which frees its queue slot, and run retries
-    relaunch it (the rollout resumes, so finished episodes are kept). When the monitor is first to see
-    the worker gone, a run whose steps run on Celery workers is reported FAILED only once those steps
-    stopped (``deploy.celery_steps``; the code server that started the worker may fail it sooner, and
-    the steps then stop at their next heartbeat).
+    Dagster's default launcher asks the code server to start the run worker; the code server then
+    marks the run failed within half a second of that process dying, before a step the run handed
+    to a Celery worker has stopped calling its endpoint. This launcher starts the run worker itself
+    (``dagster api execute_run``, the command Dagster's container launchers run, with the run's code
+    origin; it records the pid in the run tag :data:`RUN_WORKER_PID_TAG`), so the only judge of a
+    dead run worker is :meth:`check_run_worker_health`, which the run monitor (``run_monitoring`` in
+    ``dagster.yaml``) calls: a run whose worker is gone is reported FAILED only once its Celery
+    steps have stopped (``deploy.celery_steps``); the monitor then marks it failed, which frees its
+    queue slot, and run retries relaunch it (the rollout resumes, so finished episodes are kept). A
+    worker that exits before the run started is failed at once (the run retries apply). Runs without a
+    Python code origin fall back to the code server, as Dagster's default launcher does.
     """
+
+    def __init__(self, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(inst_data=inst_data)
+        self._workers: dict[str, subprocess.Popen[bytes]] = {}
+        self._workers_lock = threading.Lock()
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        """Start the run worker of *context*'s run as a child process of this one (the daemon's)."""
+        from dagster._grpc.types import ExecuteRunArgs  # private: the run worker's own arguments; not exported
+
+        run = context.dagster_run
+        origin = run.job_code_origin
+        if origin is None:
+            super().launch_run(context)
+            return
+        args = ExecuteRunArgs(
+            job_origin=origin, run_id=run.run_id, instance_ref=self._instance.get_ref(), set_exit_code_on_failure=True
+        )
+        working_directory = getattr(origin.repository_origin.code_pointer, "working_directory", None)
+        # Same process group as the daemon: stopping the daemon's group (dagster dev, local-cluster.sh)
+        # stops its run workers too, as when the code server owned them.
+        process = subprocess.Popen(
+            [origin.executable_path or sys.executable, "-m", "dagster", "api", "execute_run", dg.serialize_value(args)],
+            cwd=working_directory or None,
+            stdin=subprocess.DEVNULL,
+        )
+        with self._workers_lock:
+            self._workers[run.run_id] = process
+        self._instance.add_run_tags(run.run_id, {RUN_WORKER_PID_TAG: str(process.pid)})
+        threading.Thread(
+            target=self._reap, args=(run.run_id, process), name=f"shopsimrl-run-worker-{process.pid}", daemon=True
+        ).start()
+
+    def _reap(self, run_id: str, process: subprocess.Popen[bytes]) -> None:
+        # Waits for the worker (no zombie is left) and fails a run whose worker died before starting it:
+        # no step of it ran, so nothing has to stop first, and the run monitor only watches STARTED runs.
+        code = process.wait()
+        with self._workers_lock:
+            self._workers.pop(run_id, None)
+        try:
+            run = self._instance.get_run_by_id(run_id)
+            if run is not None and run.status in (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING):
+                self._instance.report_run_failed(
+                    run, f"run worker pid {process.pid} exited with code {code} before the run started"
+                )
+        except Exception as exc:  # the run monitor's start timeout still covers the run
+            print(f"shopsimrl: run {run_id}: could not report its run worker's exit: {exc}", file=sys.stderr)
+
+    def _worker_alive(self, run_id: str, pid: int) -> bool:
+        with self._workers_lock:
+            process = self._workers.get(run_id)
+        if process is not None and process.pid == pid:
+            return process.returncode is None  # set by _reap as soon as the process ends
+        return _process_alive(pid)
 
     @property
     def supports_check_run_worker_health(self) -> bool:
-        """Always: the worker is a local process whose pid the run's events record."""
+        """Always: the worker is a local process whose pid the run's tags and events record."""
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        """RUNNING while the run worker process exists (or has not reported its pid yet), else FAILED."""
-        pid = run_worker_pid(self._instance, run.run_id)
+        """RUNNING while the run worker lives (or has not reported its pid) or its Celery steps run, else FAILED."""
+        pid = run_worker_pid(self._instance, run.run_id) or _tagged_pid(run)
         if pid is None:
             # Not started far enough to log its pid: the monitor's start timeout covers a worker that never starts.
             return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not reported its pid yet")
-        if _process_alive(pid):
+        if self._worker_alive(run.run_id, pid):
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker pid {pid} is alive", run_worker_id=str(pid))
         # Steps of the run on Celery workers outlive their run worker: stop them before the run is
         # marked failed, so none calls an endpoint or writes an event after (docs/scaling.md).
@@ -135,8 +200,31 @@ class LocalProcessRunLauncher(dg.DefaultRunLauncher):
             WorkerStatus.FAILED, f"run worker pid {pid} is gone (killed or crashed)", run_worker_id=str(pid)
         )
 
+    def terminate(self, run_id: str) -> bool:
+        """Ask the run worker to stop (SIGINT, as the code server does on a termination); True when asked."""
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        pid = _tagged_pid(run)
+        if pid is None:
+            return bool(super().terminate(run_id))  # started by the code server
+        self._instance.report_run_canceling(run)
+        if self._worker_alive(run_id, pid):
+            try:
+                os.kill(pid, signal.SIGINT)  # the run worker stops its steps and reports the run canceled
+                return True
+            except ProcessLookupError:
+                pass
+        self._instance.report_run_canceled(run, f"run worker pid {pid} was already gone")
+        return True
 
-class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
+
+def _tagged_pid(run: dg.DagsterRun) -> int | None:
+    value = run.tags.get(RUN_WORKER_PID_TAG)
+    return int(value) if value and value.isdigit() else None
+
+
+class EndpointQueuedRunCoordinator(dg.QueuedRunCoordinator):
     """Dagster's run queue, plus the endpoint tags on every run that calls an inference endpoint, plus the GPU pool.
 
     The queue admits one run per value of ``shopsimrl/endpoint`` (``tag_concurrency_limits`` in
@@ -164,7 +252,7 @@ class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
             ]
         )
 
-    def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
+    def submit_run(self, context: dg.SubmitRunContext) -> dg.DagsterRun:
         """Tag *context*'s run with its checkpoint's endpoint when it needs one, then enqueue it."""
         run = context.dagster_run
         checkpoint_id = run.tags.get("dagster/partition")
@@ -182,7 +270,7 @@ class EndpointQueuedRunCoordinator(QueuedRunCoordinator):
                 self._instance.add_run_tags(run.run_id, tags)
                 tagged = self._instance.get_run_by_id(run.run_id)
                 if tagged is not None:
-                    context = SubmitRunContext(tagged, context.workspace)
+                    context = dg.SubmitRunContext(tagged, context.workspace)
         return super().submit_run(context)
 
 

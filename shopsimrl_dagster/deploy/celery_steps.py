@@ -179,6 +179,20 @@ class StepGuard:
             return f"step {self.step_key} was handed to attempt {current.get('attempt')}"
         return None
 
+    def confirm_start(self) -> bool:
+        """Whether the step may start now that its first heartbeat is written (else it is fenced).
+
+        The run launcher's health check writes the run's stop request before it reads the heartbeats
+        (:func:`celery_steps_still_running`); this step wrote its heartbeat before this read of the
+        request. So either the check sees the heartbeat and waits for the step, or the step sees the
+        request here and never calls an endpoint: a run is never failed while its step starts.
+        """
+        reason = self.stale_reason()
+        if reason is not None:
+            with self._lock:
+                self._fence(reason)
+        return not self.fenced
+
     def beat(self, *, stopped: bool = False) -> None:
         """Write this attempt's heartbeat (a counter the run worker watches, plus who and when).
 
@@ -267,7 +281,7 @@ class StepGuard:
 @contextmanager
 def _captured_interrupts() -> Iterator[None]:
     """Dagster's SIGINT capture for the whole task, so a late SIGINT never reaches Celery's own handler."""
-    from dagster._utils.interrupts import capture_interrupts, pop_captured_interrupt
+    from dagster._utils.interrupts import capture_interrupts, pop_captured_interrupt  # private: not exported
 
     with capture_interrupts():
         try:
@@ -279,21 +293,22 @@ def _captured_interrupts() -> Iterator[None]:
 def register_step_task(app: Celery) -> Any:
     """Register the guarded step task (:data:`STEP_TASK_NAME`) on the worker's Celery *app*."""
     from celery.exceptions import Ignore  # type: ignore[import-untyped]
-    from dagster._core.definitions.reconstruct import ReconstructableJob
-    from dagster._core.events import EngineEventData
-    from dagster._core.execution.api import create_execution_plan, execute_plan_iterator
-    from dagster._grpc.types import ExecuteStepArgs
-    from dagster._serdes import serialize_value, unpack_value
+
+    # Running one step of a run in a worker, as dagster-celery's own task does, has no public API.
+    from dagster._core.definitions.reconstruct import ReconstructableJob  # private: no public step execution
+    from dagster._core.events import EngineEventData  # private: engine-event data is not exported
+    from dagster._core.execution.api import create_execution_plan, execute_plan_iterator  # private: no public one
+    from dagster._grpc.types import ExecuteStepArgs  # private: a step's arguments; not exported
     from dagster_celery.core_execution_loop import DELEGATE_MARKER
     from dagster_celery.executor import CeleryExecutor
 
     @app.task(bind=True, name=STEP_TASK_NAME, track_started=True)
-    def execute_step(self: Any, execute_step_args_packed: dict, executable_dict: dict, attempt: str,
+    def execute_step(self: Any, execute_step_args_packed: str, executable_dict: dict, attempt: str,
                      heartbeat_seconds: float, lost_after_seconds: float) -> list[str]:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("shopsimrl.execute_step runs in a worker's main thread only: start the worker with "
                                "--pool solo (or prefork), not threads/eventlet/gevent (docs/scaling.md)")
-        args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
+        args = dg.deserialize_value(execute_step_args_packed, ExecuteStepArgs)
         instance = dg.DagsterInstance.from_ref(args.instance_ref)  # type: ignore[arg-type]
         try:
             step_keys = list(args.step_keys_to_execute or [])
@@ -313,6 +328,8 @@ def register_step_task(app: Celery) -> Any:
                                          known_state=args.known_state)
             events: list[Any] = []
             with _captured_interrupts(), guard:
+                if not guard.confirm_start():
+                    raise Ignore()
                 try:
                     events.append(instance.report_engine_event(
                         f"Executing steps {step_key} in celery worker (attempt {attempt[:8]})", run,
@@ -329,7 +346,7 @@ def register_step_task(app: Celery) -> Any:
                     raise
             if guard.fenced:
                 raise Ignore()
-            return [serialize_value(event) for event in events]
+            return [dg.serialize_value(event) for event in events]
         finally:
             instance.dispose()
 
@@ -433,7 +450,7 @@ class GuardedStepHandle:
         self.result.revoke()
 
     def _report(self, message: str) -> None:
-        from dagster._core.events import EngineEventData
+        from dagster._core.events import EngineEventData  # private: engine-event data is not exported
 
         self._instance.report_engine_event(message, self._run,
                                            EngineEventData({"attempts": len(self.attempts)}), step_key=self.step_key)
@@ -446,7 +463,7 @@ def guarded_celery_executor() -> dg.ExecutorDefinition:
     ``deploy.celery_worker``, which registers that task.
     """
     from dagster import Field
-    from dagster._core.execution.retries import RetryMode
+    from dagster._core.execution.retries import RetryMode  # private: the executor's retry mode is not exported
     from dagster_celery.core_execution_loop import core_celery_execution_loop
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
 
@@ -462,8 +479,7 @@ def guarded_celery_executor() -> dg.ExecutorDefinition:
 
         def _submit_step(self, app: Celery, plan_context: Any, step: Any, queue: str, priority: int,
                          known_state: Any) -> GuardedStepHandle:
-            from dagster._grpc.types import ExecuteStepArgs
-            from dagster._serdes import pack_value
+            from dagster._grpc.types import ExecuteStepArgs  # private: as Dagster's executors send a step
 
             args = ExecuteStepArgs(
                 job_origin=plan_context.reconstructable_job.get_python_origin(),
@@ -474,7 +490,7 @@ def guarded_celery_executor() -> dg.ExecutorDefinition:
                 known_state=known_state,
                 print_serialized_events=True,
             )
-            packed, executable = pack_value(args), plan_context.reconstructable_job.to_dict()
+            packed, executable = dg.serialize_value(args), plan_context.reconstructable_job.to_dict()
 
             def submit(attempt: str) -> AsyncResult:
                 return app.send_task(

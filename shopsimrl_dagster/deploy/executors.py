@@ -122,7 +122,7 @@ def evaluation_executor(execution: ExecutionSettings) -> dg.ExecutorDefinition:
             raise _missing("k8s_job", "dagster-k8s", "k8s") from None
         # Validated now, by Dagster's own config system, so a bad key fails loading the definitions
         # (`dg check defs`) rather than the first run.
-        from dagster._config import process_config
+        from dagster._config import process_config  # private: Dagster exports no config validation by schema
 
         checked = process_config(k8s_job_executor.config_schema.config_type, dict(execution.k8s))
         if not checked.success:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from shopsimrl_dagster.deploy.celery_steps import heartbeat_key, read_json_value
-from shopsimrl_dagster.instance import run_worker_pid
+from shopsimrl_dagster.instance import RUN_WORKER_PID_TAG, run_worker_pid
 from shopsimrl_dagster.registry import Checkpoint, register_checkpoint
 from shopsimrl_dagster.settings import load_pipeline_settings
 
@@ -31,8 +31,6 @@ from .recording_proxy import RecordingProxy
 pytestmark = pytest.mark.slow
 
 SUITE, JOB, EPISODES = "faults", "evaluate_faults", 12
-#: a cancelled rollout's in-flight requests finish and it stops within this after its guard's SIGINT
-STOP_GRACE_S = 2.0
 
 
 @pytest.fixture
@@ -171,7 +169,10 @@ def test_a_step_whose_run_worker_died_stops_before_its_run_is_failed(cluster: Cl
     _wait_for("a finished episode", lambda: _completed(run_dir), cluster)
     with cluster.instance_env(), dg.DagsterInstance.from_config(cluster.env["DAGSTER_HOME"]) as instance:
         pid = run_worker_pid(instance, run_a)
-    assert pid is not None
+        run = instance.get_run_by_id(run_a)
+    assert pid is not None and run is not None
+    # The launcher started the run worker itself, so no code server fails the run behind the health check's back.
+    assert run.tags.get(RUN_WORKER_PID_TAG) == str(pid), run.tags
     os.kill(pid, signal.SIGKILL)
     killed_at = time.time()
     statuses = cluster.wait([run_a, run_b])
@@ -181,18 +182,20 @@ def test_a_step_whose_run_worker_died_stops_before_its_run_is_failed(cluster: Cl
     events = _events(cluster, run_a)
     failed_at = next(e.timestamp for e in events
                      if e.dagster_event is not None and e.dagster_event.event_type == dg.DagsterEventType.RUN_FAILURE)
-    # The orphaned step stopped calling the endpoint within one heartbeat (plus the rollout's clean
-    # cancellation) of its run being marked failed (the proxy's log; docs/scaling.md gives the bound) …
+    # The orphaned step called the endpoint after the kill (it outlived its run worker) but not once after
+    # its run was marked failed: the run is failed only once the step has stopped (the proxy's request log) …
     a_requests = proxy.completions(first)
-    assert a_requests and max(r.at for r in a_requests) < failed_at + HEARTBEAT_S + STOP_GRACE_S
+    assert any(r.at > killed_at for r in a_requests), "the orphan made no request after the kill: nothing was tested"
+    late = [round(r.at - failed_at, 3) for r in a_requests if r.at >= failed_at]
+    assert late == [], f"requests of the failed run's step, seconds after its failure: {late}"
     # … wrote nothing into the failed run, and no success or materialization of the step at all …
     assert all(e.timestamp <= failed_at for e in events), [_message(e) for e in events if e.timestamp > failed_at]
     assert not [e for e in events if e.dagster_event is not None and e.step_key == step_key
                 and e.dagster_event.event_type in (dg.DagsterEventType.STEP_SUCCESS,
                                                    dg.DagsterEventType.ASSET_MATERIALIZATION)]
-    # … and the next run on that endpoint never overlapped it.
+    # … and the next run on that endpoint never overlapped it: its first request came after the failure.
     b_requests = proxy.completions(second)
-    assert b_requests and min(r.at for r in b_requests) > max(r.at for r in a_requests)
+    assert b_requests and min(r.at for r in b_requests) > failed_at > max(r.at for r in a_requests)
     with cluster.instance_env(), dg.DagsterInstance.from_config(cluster.env["DAGSTER_HOME"]) as instance:
         beat = read_json_value(instance, heartbeat_key(run_a, step_key))
     assert beat is not None and beat["stopped"], beat
