@@ -29,6 +29,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._errors import LeaseError, ShopSimulatorError
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, KNOWN_OBSERVATION_VERSIONS
 from shopsimrl_core.adapters._env_retry import lease_in, may_have_acted, retry_reason, settle_lost_reset
@@ -254,9 +255,8 @@ class ShopSimulatorClient:
 
     async def _backoff(self, tries: int, action: str, reason: str) -> None:
         self.retries += 1
-        delay = min(self.retry_backoff_seconds * 2 ** (tries - 1), 2.0)
         logger.info("environment %s repeated after try %d (%s)", action, tries, reason)
-        await self.sleep(delay * (0.5 + 0.5 * self.rng.random()))
+        await self.sleep(Backoff(self.retry_backoff_seconds, 2.0).delay(tries, self.rng.random()))
 
     async def _post(self, payload: dict[str, Any], *, env_idx: int | None = None) -> dict[str, Any]:
         """Send one envelope and return ``result``; every failure becomes a ShopSimulatorError.

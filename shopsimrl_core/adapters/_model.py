@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._clock import round_ms
 from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
@@ -109,8 +110,7 @@ def endpoint_fault(data: bytes, content_type: str | None) -> str | None:
 
 def backoff_delay(attempt: int, base: float, jitter: float) -> float:
     """Sleep after failed attempt *attempt* (0-based): ``min(b·2^a, 30) + U·min(b·2^a, 1)``, U in [0, 1)."""
-    raw = base * (2**attempt)
-    return min(raw, 30.0) + jitter * min(raw, 1.0)
+    return Backoff(base, 30.0, "additive").delay(attempt + 1, jitter)
 
 
 def model_identity(

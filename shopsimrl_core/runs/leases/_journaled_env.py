@@ -28,11 +28,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
 from shopsimrl_core.runs.leases._slot_budget import SlotBudget, SlotsLost
 
 __all__ = ["JournaledEnvironment", "JournaledSession", "SlotBudget", "SlotsLost"]
+
+_RELEASE = Backoff(0.1, 2.0, "none")
+"""Lease releases: 0.1 s doubling to 2 s, within the release budget."""
 
 _NOTICE_EVERY_S = 30.0
 
@@ -115,8 +119,10 @@ class JournaledEnvironment:
         """
         budget = self.release_retry_seconds if budget_seconds is None else budget_seconds
         deadline = time.monotonic() + budget
-        delay = 0.1
+        tries = 0
         while True:
+            tries += 1
+            delay = _RELEASE.delay(tries)
             try:
                 # unshielded: the caller runs this in a shielded task, or (recover) an interrupted
                 # release is still in the journal for the next start
@@ -126,7 +132,6 @@ class JournaledEnvironment:
                     self.releases_failed += 1
                     return False
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
                 continue
             self.journal.released(env_idx, lease_id, self.base_url)
             self.leases_released += 1

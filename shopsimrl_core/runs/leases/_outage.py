@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._errors import ShopSimRLError
 
 __all__ = ["EndpointFaultNotices", "MODEL_ENDPOINT", "OutageError", "OutageGate", "suspected_service", "retry_delay"]
@@ -30,13 +31,18 @@ class OutageError(ShopSimRLError):
     code = "outage-budget-exhausted"
 
 
+_NEXT_ATTEMPT = Backoff(0.5, 8.0)
+"""An episode's next attempt after a failure: 0.5 s doubling to 8 s, equal jitter."""
+_PROBE = Backoff(0.5, 5.0, "none")
+"""Probes of a service in an outage: 0.5 s doubling to 5 s."""
+
+
 def retry_delay(failed_attempts: int, rng: random.Random | None = None) -> float:
     """Seconds to wait before an episode's next attempt after *failed_attempts* failures.
 
     0.5 s doubling per failure, capped at 8 s, times a jitter in [0.5, 1].
     """
-    base = min(0.5 * 2 ** max(failed_attempts - 1, 0), 8.0)
-    return base * (0.5 + 0.5 * (rng or random).random())
+    return _NEXT_ATTEMPT.delay(failed_attempts, (rng or random).random())
 
 
 _ENV_TYPES = {"ShopSimulatorError"}
@@ -188,10 +194,11 @@ class OutageGate:
 
     async def _ride(self, service: str) -> None:
         started = time.monotonic()
-        delay = 0.5
+        probes = 0
         try:
             while True:
-                await asyncio.sleep(delay)
+                probes += 1
+                await asyncio.sleep(_PROBE.delay(probes))
                 problem = await self._probe(service)
                 elapsed = time.monotonic() - started
                 if problem is None:
@@ -208,7 +215,6 @@ class OutageGate:
                         code="outage-budget-exhausted",
                     )
                     return
-                delay = min(delay * 2, 5.0)
         finally:
             self._riding = None
             self._open.set()
