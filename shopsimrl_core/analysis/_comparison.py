@@ -11,6 +11,7 @@ differences reproduce bit for bit whatever the summation order (issue 23).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from shopsimrl_core._hashing import json_list
 from shopsimrl_core.analysis._power import detection_z, minimum_detectable_difference, variance_components
 from shopsimrl_core.analysis._stats import paired_bootstrap_ci
 
-__all__ = ["CHECKPOINT_COMPARISON_SCHEMA", "compare_runs"]
+__all__ = ["CHECKPOINT_COMPARISON_SCHEMA", "compare_runs", "paired_task_means"]
 
 CHECKPOINT_COMPARISON_SCHEMA = "shopsimrl-checkpoint-comparison-v1"
 POWER = 0.8
@@ -209,6 +210,7 @@ def compare_runs(
             b_vals.append(b_mean)
             diffs.append(b_mean - a_mean)
         n = len(diffs)
+        a_overall, b_overall, mean_difference = paired_task_means(a_vals, b_vals)
         ci = paired_bootstrap_ci(
             diffs,
             metric=metric,
@@ -218,9 +220,9 @@ def compare_runs(
             rng=rng,
         )
         metrics_out[metric] = {
-            "a_mean": math.fsum(a_vals) / n,
-            "b_mean": math.fsum(b_vals) / n,
-            "mean_difference": math.fsum(diffs) / n,
+            "a_mean": a_overall,
+            "b_mean": b_overall,
+            "mean_difference": mean_difference,
             "confidence_interval": list(ci) if ci else None,
             "pairs": n,
         }
@@ -296,6 +298,28 @@ def compare_runs(
             },
         },
     }
+
+
+def paired_task_means(a_values: Sequence[float], b_values: Sequence[float]) -> tuple[float, float, float]:
+    """``(a_mean, b_mean, mean_difference)`` of task-level values paired by position (B minus A).
+
+    The three numbers ``compare_runs`` reports for every metric: each mean is the correctly rounded
+    sum (``math.fsum``) of the n values divided by n, and the difference is the mean of the
+    per-task differences ``b − a`` (not ``b_mean − a_mean``, which can differ in the last bit).
+    This is how the published comparisons were computed: fed the published per-task outcomes it
+    reproduces their means and differences bit for bit (tests/core/test_published_numbers.py).
+
+    Raises:
+        ValueError: the two sequences differ in length, or are empty.
+    """
+    if len(a_values) != len(b_values) or not a_values:
+        raise ValueError(
+            f"paired_task_means: need two equally long non-empty sequences "
+            f"(got {len(a_values)} and {len(b_values)} values)"
+        )
+    n = len(a_values)
+    differences = [b - a for a, b in zip(a_values, b_values)]
+    return math.fsum(a_values) / n, math.fsum(b_values) / n, math.fsum(differences) / n
 
 
 def _power_fields(
