@@ -1,6 +1,10 @@
 # The two commands of the README. Both install what they need into ./.venv first.
 .PHONY: demo test test-fast lint check ui bench setup test-real-model test-published
 
+# Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env) in the environment of every
+# target, so each daemon, webserver and `dagster dev` it starts has them; a value already set wins.
+export $(foreach assignment,$(shell grep -E '^DAGSTER_[A-Z_]+=[0-9]+$$' configs/pipeline/dagster.env),$(eval $(subst =, ?= ,$(assignment)))$(firstword $(subst =, ,$(assignment))))
+
 setup:
 	@scripts/setup.sh
 

@@ -12,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGSTER_HOME="$(.venv/bin/python -m shopsimrl_dagster.instance)"
+# Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env); a value already set wins.
+while IFS='=' read -r key value; do
+  if [[ "$key" =~ ^DAGSTER_[A-Z_]+$ && -z "${!key:-}" ]]; then export "$key=$value"; fi
+done < configs/pipeline/dagster.env
 
 free_port() {  # free_port [PREFERRED] -> PREFERRED when nothing listens on it, else a port the system picks
   .venv/bin/python - "${1:-0}" <<'PY'

@@ -19,6 +19,11 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV_BIN="${SHOPSIMRL_VENV:-$REPO/.venv}/bin"
 PY="$VENV_BIN/python"
+# Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env), for the daemon and the
+# webserver this script starts; a value already set wins.
+while IFS='=' read -r key value; do
+  if [[ "$key" =~ ^DAGSTER_[A-Z_]+$ && -z "${!key:-}" ]]; then export "$key=$value"; fi
+done < "$REPO/configs/pipeline/dagster.env"
 
 usage() { sed -n '7,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 

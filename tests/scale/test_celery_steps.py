@@ -135,6 +135,25 @@ def test_a_dead_run_worker_s_steps_are_asked_to_stop_and_counted_until_they_have
         assert celery_steps_still_running(instance, R1, "gone") == []
 
 
+def test_a_step_starting_as_its_run_is_stopped_either_is_waited_for_or_never_starts() -> None:
+    """The health check writes the stop request, then reads heartbeats; a step beats, then reads the request."""
+    with dg.instance_for_test() as instance:
+        clock = Clock()
+        handle, _ = _handle(instance, clock)
+        # The check comes first: no heartbeat yet, so it waits for nobody — and the step then refuses to start.
+        assert celery_steps_still_running(instance, R1, "run worker pid 7 is gone") == []
+        guard = StepGuard(instance, R1, "val__rollout_traces", handle.attempt, heartbeat_seconds=30, worker="w1")
+        with guard:
+            assert not guard.confirm_start() and "pid 7" in (guard.reason or "")
+        # The step comes first: its heartbeat is seen, and the run waits for it until it stopped.
+        instance.run_storage.set_cursor_values({f"shopsimrl/celery-cancel/{R1}": ""})
+        guard = StepGuard(instance, R1, "val__rollout_traces", handle.attempt, heartbeat_seconds=30, worker="w1")
+        with guard:
+            assert guard.confirm_start()
+            assert celery_steps_still_running(instance, R1, "run worker pid 8 is gone") == ["val__rollout_traces"]
+        assert celery_steps_still_running(instance, R1, "run worker pid 8 is gone") == []
+
+
 def test_execution_settings_and_the_celery_settings_both_sides_use() -> None:
     with pytest.raises(ValueError, match="at least 3 x step_heartbeat_seconds"):
         ExecutionSettings(step_heartbeat_seconds=5, step_lost_after_seconds=10)
