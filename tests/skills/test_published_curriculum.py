@@ -3,7 +3,10 @@
 Always on: ``tests/core/published/curricula.json`` holds the numbers of the four published
 curriculum documents (``cold-start/curriculum.json`` = round-000, ``round-001..003/curriculum.json``):
 each chunk's id, contribution and inclusion probability, the scale and its source name, and the
-``state_id``. Our mapping must give every published ρ and scale bit for bit.
+``state_id``. Our mapping must give every published ρ and scale bit for bit. It also holds the mode of
+each of the 2,560 published training groups (``analysis/training_groups.csv``: 640 a round, as the
+indices of the ``skill_free`` and ``assisted_empty`` ones; the rest are ``assisted``), which
+``assign_group`` must reproduce from the state's numbers with the group key ``str(group_index)``.
 
 Opt-in (``make test-published``): the documents themselves carry skill prose, which stays out of the
 repository. Point ``SHOPSIMRL_PUBLISHED_ARTIFACTS`` at a folder laid out like the published
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 
 from shopsimrl_core._hashing import fingerprint
-from shopsimrl_core.skills._curriculum import build_curriculum, curriculum_core
+from shopsimrl_core.skills._curriculum import assign_group, build_curriculum, curriculum_core
 
 NUMBERS = Path(__file__).parents[1] / "core" / "published" / "curricula.json"
 ENV = "SHOPSIMRL_PUBLISHED_ARTIFACTS"
@@ -70,6 +73,27 @@ def test_contributions_map_to_the_published_inclusion_probabilities(published: d
     assert mapping["contribution_scale"] == published["contribution_scale"]
     got = [(c["skill_id"], c["contribution"], c["inclusion_probability"]) for c in state["chunks"]]
     assert got == [tuple(chunk) for chunk in published["chunks"]]  # floats compared with ==
+
+
+@pytest.mark.parametrize("published", _published_numbers(), ids=lambda p: p["round_id"])
+def test_every_published_training_group_gets_its_published_mode(published: dict[str, Any]) -> None:
+    # assign_group reads only seed, state_id, q and each chunk's id and ρ: all numbers the fixture has.
+    state = {
+        "seed": published["seed"],
+        "state_id": published["state_id"],
+        "skill_free_probability": published["skill_free_probability"],
+        "chunks": [{"skill_id": skill_id, "inclusion_probability": rho} for skill_id, _, rho in published["chunks"]],
+    }
+    groups = published["training_groups"]
+    skill_free, empty = set(groups["skill_free"]), set(groups["assisted_empty"])
+    first = groups["first_group_index"]
+    wrong = []
+    for index in range(first, first + groups["groups"]):
+        want = "skill_free" if index in skill_free else "assisted_empty" if index in empty else "assisted"
+        got = assign_group(state, str(index))["mode"]
+        if got != want:
+            wrong.append(f"group {index}: ours {got}, published {want}")
+    assert not wrong, f"{len(wrong)}/{groups['groups']} groups differ:\n" + "\n".join(wrong[:20])
 
 
 def _artifacts() -> Path:
