@@ -18,7 +18,7 @@ from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, is_true
 from .checks import rollout_check_results, rollout_check_specs
 from .failures import as_failure
 from .partitions import checkpoints
-from .plans import job_plan
+from .plans import JOB_PLAN
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
 from .run_files import read_json_object, viewer_run_url
 
@@ -89,7 +89,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
     @dg.asset(
         key=rollout_key,
         group_name=group,
-        deps=[job_plan],
+        deps=[JOB_PLAN],
         partitions_def=checkpoints,
         check_specs=rollout_check_specs(rollout_key),
         retry_policy=ROLLOUT_RETRY_POLICY,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from shopsimrl_core import ConfigError
 from shopsimrl_dagster.definitions import defs
 from shopsimrl_dagster.instance import prepare_dagster_home
 from shopsimrl_dagster.registry import Checkpoint, read_registry, register_checkpoint
-from shopsimrl_dagster.settings import load_pipeline_settings
+from shopsimrl_dagster.settings import PIPELINE_CONFIG_ENV, load_pipeline_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITES = ("test", "train", "val")
@@ -146,6 +147,59 @@ def test_dg_check_defs_accepts_the_project(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+_REPORT_LOCATION = """
+import json, dagster as dg, shopsimrl_dagster
+from shopsimrl_dagster.definitions import defs
+with dg.instance_for_test():
+    location = defs()
+    dg.Definitions.validate_loadable(location)  # resource requirements of every asset are met
+    repo = location.get_repository_def()
+    print(json.dumps({"package": shopsimrl_dagster.__file__,
+                      "assets": sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys())}))
+"""
+
+
+@pytest.mark.skipif(not (Path(sys.executable).parent / "dg").exists(), reason="dagster-dg-cli is not installed")
+def test_a_definition_scaffolded_into_the_defs_folder_joins_the_location(
+    tmp_path: Path, location: dg.Definitions
+) -> None:
+    # A copy of the project (pyproject.toml's [tool.dg] and the package), so the real defs folder stays untouched.
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", project)
+    shutil.copytree(
+        REPO_ROOT / "shopsimrl_dagster", project / "shopsimrl_dagster", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(project),  # the copy's package, not the installed one
+        PIPELINE_CONFIG_ENV: str(REPO_ROOT / "configs" / "pipeline" / "pipeline.yaml"),
+        "DAGSTER_HOME": str(prepare_dagster_home(tmp_path / "home")),
+        "HOME": str(tmp_path),
+    }
+    folder = project / "shopsimrl_dagster" / "defs"
+    scaffold = subprocess.run(
+        [str(Path(sys.executable).parent / "dg"), "scaffold", "defs", "dagster.asset", "scaffolded_asset.py"],
+        cwd=project, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert scaffold.returncode == 0, scaffold.stdout + scaffold.stderr
+    assert "def scaffolded_asset(" in (folder / "scaffolded_asset.py").read_text(encoding="utf-8")
+    # A hand-written one beside it that uses a resource of the location.
+    (folder / "reads_runs_root.py").write_text(
+        "import dagster as dg\n\nfrom shopsimrl_dagster.defs.resources import RunStorage\n\n\n"
+        "@dg.asset\ndef reads_runs_root(run_storage: RunStorage) -> None:\n    run_storage.root_path.mkdir()\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT_LOCATION], cwd=project, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(loaded["package"]).is_relative_to(project)
+    pipeline = {k.to_user_string() for k in location.get_repository_def().asset_graph.get_all_asset_keys()}
+    assert set(loaded["assets"]) == pipeline | {"scaffolded_asset", "reads_runs_root"}
 
 
 def test_instance_template_queues_runs_per_endpoint_and_monitors_run_workers(tmp_path: Path) -> None:
