@@ -363,6 +363,7 @@ def run_benchmark(
                     )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    doc["rows"] = {label: doc["rows"][label] for label, *_ in settings if label in doc["rows"]}  # SETTINGS order
     doc["fixed_and_marginal"] = fixed_and_marginal(doc["rows"])
     doc["headline"] = headline(doc["rows"])
     return doc
@@ -485,6 +486,45 @@ def fixed_and_marginal(rows: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _describe(spec: dict[str, Any]) -> str:
+    obs = spec.get("obs_kb") or list(DEFAULT_OBS_KB)
+    pages = "1–8 KB pages" if list(obs) == list(DEFAULT_OBS_KB) else f"{obs[0]} KB pages"
+    return f"{spec['concurrency']} in flight, {spec['model_latency_ms']:g} ms, {spec['episodes']:,} episodes, {pages}"
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    """The docs table of a run (docs/benchmarks.md quotes it verbatim; tests/benchmarks compares the two).
+
+    Per setting: the load over its runs, the medians of CPU per step of both clients, and the ratios
+    of each round's pair — median (min–max) — for CPU per step and steps/s; the steady share of ideal
+    where the model has latency.
+    """
+    from benchmarks._headline import span
+
+    lines = [
+        "| setting | load (1 min) | `shopsimrl run` CPU ms/step | reference CPU ms/step | × reference CPU per step "
+        "| × reference steps/s | steady % of ideal (ours / reference) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, rows in doc["rows"].items():
+        ours, ref = rows.get("default"), rows.get("reference")
+        if not ours or not ref or not ours.get("vs_reference"):
+            continue
+        vs = ours["vs_reference"]
+        cpu, rate = vs["cpu_per_step_ratio_by_round"], vs["steps_per_s_ratio_by_round"]
+        loads = vs["load_1min_range"]
+        steady = "—"
+        if ours.get("steady_fraction_of_ideal") and ref.get("steady_fraction_of_ideal"):
+            steady = f"{ours['steady_fraction_of_ideal'] * 100:.1f} / {ref['steady_fraction_of_ideal'] * 100:.1f}"
+        lines.append(
+            f"| `{label}`: {_describe(doc['settings']['rows'][label])} | {span(loads[0], loads[1], 1)} "
+            f"| {ours['cpu_ms_per_step']:.3f} | {ref['cpu_ms_per_step']:.3f} "
+            f"| {statistics.median(cpu):.3f} ({span(min(cpu), max(cpu), 3)}) "
+            f"| {statistics.median(rate):.2f} ({span(min(rate), max(rate), 2)}) | {steady} |"
+        )
+    return "\n".join(lines)
+
+
 def _loads(row: dict[str, Any]) -> list[float]:
     value = row.get("load_1min")
     return value if isinstance(value, list) else [] if value is None else [value]
@@ -558,11 +598,17 @@ def main(argv: list[str] | None = None) -> int:
         help="experiment.start_spacing_seconds of the measured runs (default: the config default; 0: every "
         "worker starts at once)",
     )
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="only print the docs table of an existing results JSON"
+    )
     parser.add_argument("--only", default=None, help="comma list of rows: " + ",".join(row[0] for row in SETTINGS))
     parser.add_argument(
         "--out", type=Path, default=None, help=f"JSON output (default {RESULTS}; with --quick a temporary directory)"
     )
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        print(markdown_table(json.loads(args.markdown.read_text(encoding="utf-8"))))
+        return 0
     if args.repeats < 1:
         parser.error("--repeats: must be >= 1")
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]

@@ -1,22 +1,31 @@
-"""Run index benchmark: build the sidecar, then resume index + summary and the viewer's first page.
+"""Resume + summary at scale (issue 25): fresh runs of today's trace format, measured as a user runs them.
 
-    .venv/bin/python benchmarks/run_index.py --episodes 1000000 --line-kb 35 --out /work/tmp-bench
+    .venv/bin/python -m benchmarks.run_index --episodes 10000,100000,1000000 [--steps 5] [--obs-kb 1]
+        [--repeats 3] [--work DIR] [--viewer] [--keep]
 
-Generates a run directory of N episodes whose trace lines have realistic shape and ~K KB size
-(templated from one demo-like record: 10 steps of Chinese observations, reasoning, tool calls,
-environment payloads; ids, rewards, outcomes and categories vary per line) and a manifest whose plan
-lists every job. Each phase runs in its own process; wall time, CPU (user+sys) and peak RSS come
-from the OS (``os.wait4``), imports included:
+For each size N, in a work folder on disk (default: the temp dir):
 
-1. ``build``   open_run_index on a run without index (streams every trace line once);
-2. ``resume``  RunStore.index() + is_complete() for every planned job + summarize_run(write=False),
-               with the index already built (the issue 11 target: ≤ 5 s, ≤ 2 GB);
-3. ``page``    start ``shopsimrl view`` and GET the run page (time from spawn to the first page, and
-               the request alone; target ≤ 1 s once the index is built);
-4. ``reference`` (only with --reference) the earlier path: stream all traces, summary from records.
+1. ``seed``      a real ``shopsimrl run`` of 64 episodes against the loopback stubs of ``client_shape``
+                 (``--steps`` interactions per episode, ``--obs-kb`` KB pages): trace records of today's
+                 schema, written by today's runtime;
+2. ``generate``  the plan of a config of N jobs (up to 5,000 train tasks of a generated sandbox split ×
+                 repeats) from ``build_plan``, its manifest from ``RunStore.write_manifest`` and every trace
+                 line from ``RunStore.append`` under the run lock — the writers ``shopsimrl run`` uses,
+                 so the index log is written beside each line as in a real run. Each line is a seed record
+                 with the job's ids and seed, and varied reward, success, outcome, category and duration;
+3. ``build``     the index sidecar removed, ``open_run_index`` from scratch in its own process (streams
+                 every trace line once; what the first resume of a run without a sidecar pays);
+4. ``resume``    ``shopsimrl run CONFIG --progress none --quiet`` on the complete run, as a user resumes
+                 it: start-up, preflight of the stubs, index, nothing left to do, summary written. The
+                 first one after the build (it writes the compacted snapshot and, for big manifests,
+                 the planned-ids file), then ``--repeats`` more;
+5. ``summarize`` ``shopsimrl summarize RUN_DIR`` (stdout to a file), ``--repeats`` times;
+6. ``page``      (``--viewer``) ``shopsimrl view`` and its first run page.
 
-Prints a table and writes JSON to benchmarks/results/run_index-<N>x<K>kb.json. Deletes the generated
-run unless --keep.
+Each measured phase is its own process: wall, CPU (user + system) and peak RSS from the OS
+(``os.wait4``), start-up included, with the 1-minute load average at its start. Writes
+``benchmarks/results/run_index-<N>.json`` per size and, over every such file present, the curve
+``run_index_curve.json`` + ``run_index_curve.png``. Deletes the generated run unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -27,216 +36,193 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
-PY = sys.executable
+if str(REPO) not in sys.path:  # run as a script: `benchmarks` is a top-level folder, not an installed package
+    sys.path.insert(0, str(REPO))
 
+from benchmarks._measure import machine_facts  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+CURVE = "run_index_curve"
+SCHEMA = "shopsimrl-bench-run-index-v2"
+TASKS = 5_000  # train tasks sampled per run (the sandbox split of a 20,000-product catalog has ~5,600)
+SEED_EPISODES = 64
 _CATEGORIES = ["服饰›男装›短袖衬衫", "母婴›喂养用品›奶瓶", "家居›厨具›炒锅", "数码›耳机›蓝牙耳机", "美妆›护肤›面霜"]
 _REASONS = ["purchase", "purchase", "purchase", "action_limit", "generation_length"]
 
 
-def _record_template(line_kb: int, n_steps: int = 10) -> tuple[str, str]:
-    """One demo-like record as JSON text split around the per-episode fields (see _line)."""
-    filler = (
-        "商品列表：1. 玻璃耐摔奶瓶 热卖 ASIN：100000578089 价格：21"
-        "7.0 品牌：云朵工坊 类别：母婴›喂养用品›奶瓶 关键属性：玻璃；耐摔；宽口径\n"
-    )
-    steps = []
-    for i in range(1, n_steps + 1):
-        steps.append(
-            {
-                "step_index": i,
-                "observation": "",
-                "tools": [{"type": "function", "function": {"name": "click", "parameters": {"type": "object"}}}],
-                "model": {
-                    "content": None,
-                    "reasoning": "页面可以搜索，用任务里的关键词搜索：奶瓶" * 3,
-                    "tool_calls": [
-                        {
-                            "call_id": f"call-{i}",
-                            "name": "click",
-                            "arguments": {"value": "100004497992"},
-                            "raw_arguments": '{"value": "100004497992"}',
-                        }
-                    ],
-                    "finish_reason": "tool_calls",
-                    "usage": {"prompt_tokens": 600 + 300 * i, "completion_tokens": 34, "total_tokens": 634 + 300 * i},
-                    "response_id": f"chatcmpl-{i}",
-                    "metadata": {},
-                    "latency_ms": 3.5,
-                    "protocol_error": None,
-                    "policy_failure": None,
-                    "raw_response": None,
-                },
-                "action": "click[100004497992]",
-                "environment": {
-                    "done": False,
-                    "reward": 0,
-                    "observation": "",
-                    "message": "Continue interaction",
-                    "action_feedback": {
-                        "action": "click[100004497992]",
-                        "valid": True,
-                        "reason": "executed",
-                        "message": "已执行",
-                    },
-                },
-                "request_seed": 1000 + i,
-                "timing": {"model_ms": 3.5, "env_ms": 3.3, "harness_ms": 0.05},
-            }
-        )
-    base = {
-        "schema_version": "shopsimrl-episode-v4",
-        "episode_id": "@EID@",
-        "status": "completed",
-        "job": {"task_id": -111111, "sample_id": 0, "seed": 1, "split": "val"},
-        "provenance": {"model": {"checkpoint_id": "bench-ckpt", "model": "bench"}},
-        "started_at": "2026-12-01T00:00:00+00:00",
-        "ended_at": "2026-12-01T00:00:01+00:00",
-        "duration_ms": -222222.5,
-        "reset": {"task_instruction": "买一个奶瓶"},
-        "selected_skills": [],
-        "conversation": [{"role": "system", "content": "你是替用户在模拟电商平台上购物的助手。"}],
-        "steps": steps,
-        "final": {
-            "done": True,
-            "over": True,
-            "reward": -333333.5,
-            "termination_reason": "@REASON@",
-            "reward_detail": {"r_type": 1.0, "r_att": -444444.5, "r_option": 1.0, "r_price": 1.0, "r_success": -555555},
-            "purchase": {"asin": "100004497992", "category": "@CAT@"},
-            "goal": {"category": "@CAT@", "asin": "1"},
-        },
-        "error": None,
-        "attempt": {"number": 1, "invocation_id": "bench"},
-    }
-    text = json.dumps(base, ensure_ascii=False)
-    size = len(text.encode("utf-8"))
-    per_step = max(0, (line_kb * 1024 - size) // (2 * n_steps))
-    pad = filler * (per_step // len(filler.encode("utf-8")) + 1)
-    pad = pad.encode("utf-8")[:per_step].decode("utf-8", "ignore")
-    for step in steps:
-        step["observation"] = pad
-        step["environment"]["observation"] = pad
-    return json.dumps(base, ensure_ascii=False), ""
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
-def generate(run: Path, episodes: int, line_kb: int, n_steps: int = 10) -> dict[str, float]:
-    """Write manifest.json and traces.jsonl for *episodes* episodes; returns sizes and time."""
+def _shopsimrl() -> list[str]:
+    script = Path(sys.executable).with_name("shopsimrl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
+
+
+def measure(cmd: list[str], *, cwd: Path = REPO, stdout: Path | None = None) -> dict[str, Any]:
+    """Run *cmd* as its own process; wall, CPU (user+sys) and peak RSS from ``os.wait4``, load at the start."""
+    load = os.getloadavg()[0]
     started = time.perf_counter()
-    run.mkdir(parents=True, exist_ok=True)
-    template, _ = _record_template(line_kb, n_steps)
-    parts = template
-    for key in ('"@EID@"', "-111111", "-222222.5", "-333333.5", '"@REASON@"', "-444444.5", "-555555"):
-        parts = parts.replace(key, "\x00", 1)
-    chunks = parts.split("\x00")
-    cat_chunks = chunks[-1].split("@CAT@")
-    rng = random.Random(7)
-    jobs = []
-    with open(run / "traces.jsonl", "wb", buffering=8 << 20) as handle:
-        for task in range(episodes):
-            eid = f"task-{task:06d}__sample-000"
-            jobs.append({"task_id": task, "sample_id": 0, "seed": task, "split": "val"})
-            reason = _REASONS[task % len(_REASONS)]
-            r_att = rng.choice([0.0, 0.5, 1.0])
-            success = 1 if reason == "purchase" and r_att == 1.0 else 0
-            reward = round(rng.random(), 6) if reason == "purchase" else 0.0
-            category = _CATEGORIES[task % len(_CATEGORIES)]
-            values = [
-                json.dumps(eid),
-                str(task),
-                repr(1000.0 + task % 997),
-                repr(reward),
-                json.dumps(reason),
-                repr(r_att),
-                str(success),
-            ]
-            out = []
-            for chunk, value in zip(chunks[:-1], values):
-                out.append(chunk)
-                out.append(value)
-            out.append(category.join(cat_chunks))
-            handle.write(("".join(out) + "\n").encode("utf-8"))
-    plan = {
-        "experiment": {"name": run.name},
-        "model_id": "bench",
-        "model": {"checkpoint_id": "bench-ckpt"},
-        "task_split": {"name": "val"},
-        "jobs": jobs,
-    }
-    manifest = {
-        "schema_version": "shopsimrl-run-manifest-v1",
-        "created_at": "2026-12-01T00:00:00+00:00",
-        "plan_fingerprint": "bench",
-        "fingerprint_scheme": "semantic-v2",
-        "plan": plan,
-        "execution": {},
-    }
-    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    size = (run / "traces.jsonl").stat().st_size
+    with tempfile.TemporaryFile() as err, open(stdout or os.devnull, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])}… exited {code}:\n{stderr[-3000:]}")
     return {
-        "generate_s": time.perf_counter() - started,
-        "traces_bytes": size,
-        "line_bytes_mean": size / max(1, episodes),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "load_1min": round(load, 2),
     }
 
 
-def _measure(code: str, *args: str) -> dict[str, float]:
-    started = time.perf_counter()
-    proc = subprocess.Popen([PY, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()  # type: ignore[union-attr]
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"phase failed:\n{err[-2000:]}")
-    return {
-        "wall_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
-        "output": out.strip(),
-    }
+def _python(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", code, *args]
 
 
 _BUILD = """
 import sys
-from shopsimrl_core.runs.storage._index import open_run_index
+from shopsimrl_core.runs import open_run_index
 index = open_run_index(sys.argv[1])
 print(index.covered_lines)
 """
 
-_RESUME = """
-import sys
-from shopsimrl_core.runs.storage._store import RunStore
-from shopsimrl_core.analysis._summary import summarize_run
-store = RunStore(sys.argv[1])
-index = store.index()
-done = sum(index.is_complete(f"task-{t:06d}__sample-000") for t in range(int(sys.argv[2])))
-summary = summarize_run(sys.argv[1], write=False, store=store)
-print(done, summary["counts"]["completed"], summary["primary"]["reward_mean"])
-"""
 
-_REFERENCE = """
-import sys, json
-from shopsimrl_core.runs.storage._jsonl import iter_trace_lines
-from shopsimrl_core.analysis._summary import build_summary
-# The earlier path: stream every trace line for the latest offsets, then re-read the winners.
-latest = {}
-for line in iter_trace_lines(sys.argv[1] + "/traces.jsonl"):
-    if isinstance(line.value, dict):
-        latest[line.value["episode_id"]] = (line.offset, line.length)
-def records():
-    with open(sys.argv[1] + "/traces.jsonl", "rb") as handle:
-        for eid in sorted(latest):
-            handle.seek(latest[eid][0])
-            yield json.loads(handle.read(latest[eid][1]))
-summary = build_summary(records(), len(latest))
-print(summary["counts"]["completed"], summary["primary"]["reward_mean"])
-"""
+def config_mapping(
+    work: Path, *, episodes: int, split_file: Path, env_url: str, model_url: str, model: str, name: str
+) -> dict[str, Any]:
+    """The evaluation config of an N-episode run (JSON is YAML)."""
+    tasks = min(TASKS, episodes)
+    if episodes % tasks:
+        raise SystemExit(f"--episodes: {episodes} is not a multiple of {tasks} tasks; pick a multiple")
+    return {
+        "experiment": {
+            "name": name,
+            "output_dir": str(work / "runs"),
+            "seed": 20261225,
+            "concurrency": 64,
+            "max_episode_retries": 0,
+            "max_planned_episodes": max(episodes, 100_000),
+        },
+        "tasks": {"split_file": str(split_file), "split": "train", "sample_size": tasks, "repeats": episodes // tasks},
+        "environment": {"base_url": env_url, "timeout": 120},
+        "runtime": {"max_steps": 30},
+        "model": {
+            "name": model,
+            "base_url": model_url,
+            "api_key_env": None,
+            "checkpoint_id": "bench",
+            "max_retries": 1,
+            "timeout": 120,
+            "trust_env": False,
+        },
+    }
+
+
+def seed_records(work: Path, *, split_file: Path, env_url: str, model_url: str, model: str) -> list[dict[str, Any]]:
+    """Trace records of a real ``shopsimrl run`` of :data:`SEED_EPISODES` episodes against the stubs."""
+    seed_dir = work / "seed"
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    mapping = config_mapping(
+        seed_dir,
+        episodes=SEED_EPISODES,
+        split_file=split_file,
+        env_url=env_url,
+        model_url=model_url,
+        model=model,
+        name="seed",
+    )
+    config = seed_dir / "seed.yaml"
+    config.write_text(json.dumps(mapping), encoding="utf-8")
+    measure([*_shopsimrl(), "run", str(config), "--progress", "none", "--quiet"], cwd=seed_dir)
+    traces = next((seed_dir / "runs").rglob("traces.jsonl"))
+    records = [json.loads(line) for line in traces.read_text(encoding="utf-8").splitlines()]
+    if len(records) != SEED_EPISODES or any(r.get("status") != "completed" for r in records):
+        raise SystemExit(f"seed run: expected {SEED_EPISODES} completed records in {traces}")
+    return records
+
+
+def generate(config_path: Path, seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write the run of *config_path* with the project's writers: manifest, invocation, every trace line.
+
+    Runs in this process (its cost is not one of the measured phases). Returns sizes and times.
+    """
+    from shopsimrl_core.runs import RunStore, build_plan, load_config
+
+    started = time.perf_counter()
+    plan = build_plan(load_config(config_path))
+    store = RunStore(plan.run_dir)
+    invocation = "bench-generate-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    store.acquire_lock(invocation)
+    rng = random.Random(20261225)
+    try:
+        store.write_manifest(plan.semantic, plan.fingerprint, {**plan.execution, "invocation_id": invocation})
+        store.append_invocation(
+            {
+                "invocation_id": invocation,
+                "started_at": datetime.now(UTC).isoformat(),
+                "pid": os.getpid(),
+                "mode": "new",
+                "plan_fingerprint": plan.fingerprint,
+                "note": "benchmarks/run_index.py: generated from seed records",
+            }
+        )
+        for number, job in enumerate(plan.jobs):
+            seed = seeds[number % len(seeds)]
+            reason = _REASONS[number % len(_REASONS)]
+            r_att = rng.choice([0.0, 0.5, 1.0])
+            success = 1.0 if reason == "purchase" and r_att == 1.0 else 0.0
+            category = _CATEGORIES[job.task_id % len(_CATEGORIES)]
+            final = {
+                **seed["final"],
+                "reward": round(rng.random(), 6) if reason == "purchase" else 0.0,
+                "reward_detail": {"r_type": 1.0, "r_att": r_att, "r_option": 1.0, "r_price": 1.0, "r_success": success},
+                "termination_reason": reason,
+                "goal": {"category": category},
+            }
+            record = {
+                **seed,
+                "episode_id": job.episode_id,
+                "job": job.to_dict(),
+                "duration_ms": round(2000.0 + rng.random() * 500.0, 3),
+                "final": final,
+                "attempt": {"number": 1, "invocation_id": invocation},
+            }
+            store.append(record, finite=("reset", "conversation", "steps", "final", "provenance"))
+        store.close_traces()
+    finally:
+        _wait_durable()
+        store.release_lock()
+    size = store.traces_path.stat().st_size
+    return {
+        "generate_s": round(time.perf_counter() - started, 1),
+        "traces_bytes": size,
+        "line_bytes_mean": round(size / max(1, len(plan.jobs))),
+        "run_dir": str(plan.run_dir),
+    }
+
+
+def _wait_durable() -> None:
+    # The group commit's last fsync round (the module moved with the runs/ reorganisation; either place).
+    try:
+        from shopsimrl_core.runs.storage._durability import wait_durable
+    except ImportError:  # pragma: no cover — the flat layout before the reorganisation
+        from shopsimrl_core.runs._durability import wait_durable  # type: ignore[no-redef]
+    wait_durable(600)
 
 
 def _free_port() -> int:
@@ -246,7 +232,6 @@ def _free_port() -> int:
 
 
 def _cpu_s(pid: int) -> float:
-    # utime + stime of a running process, from /proc (clock ticks).
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -258,129 +243,261 @@ def first_page(root: Path, rel: str) -> dict[str, float]:
     port = _free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [PY, "-m", "shopsimrl_core.cli._main", "view", str(root), "--port", str(port)],
+        [*_shopsimrl(), "view", str(root), "--port", str(port)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
-        url = f"http://127.0.0.1:{port}/run/{rel}"
         while True:
             try:
-                httpx.get(f"http://127.0.0.1:{port}/favicon-probe", timeout=120, trust_env=False)  # server is up
-                cpu0, t0 = _cpu_s(proc.pid), time.perf_counter()
-                response = httpx.get(url, timeout=120, trust_env=False)
+                httpx.get(f"http://127.0.0.1:{port}/favicon-probe", timeout=120, trust_env=False)
                 break
             except httpx.TransportError:
                 if proc.poll() is not None:
                     raise SystemExit(proc.stderr.read().decode()[-2000:]) from None  # type: ignore[union-attr]
                 time.sleep(0.02)
-        request_s = time.perf_counter() - t0
-        request_cpu = _cpu_s(proc.pid) - cpu0
-        spawn_to_page = time.perf_counter() - started
-        assert response.status_code == 200, response.text[:500]
-        cpu1, t1 = _cpu_s(proc.pid), time.perf_counter()
-        again = httpx.get(url + "?success=no&sort=reward&order=desc&page=3", timeout=120, trust_env=False)
-        filtered_s, filtered_cpu = time.perf_counter() - t1, _cpu_s(proc.pid) - cpu1
-        assert again.status_code == 200
+        cpu0, t0 = _cpu_s(proc.pid), time.perf_counter()
+        response = httpx.get(f"http://127.0.0.1:{port}/run/{rel}", timeout=600, trust_env=False)
+        request_s, request_cpu = time.perf_counter() - t0, _cpu_s(proc.pid) - cpu0
+        if response.status_code != 200:
+            raise SystemExit(f"viewer: HTTP {response.status_code}: {response.text[:500]}")
         return {
-            "first_page_request_s": request_s,
-            "first_page_server_cpu_s": request_cpu,
-            "spawn_to_first_page_s": spawn_to_page,
-            "filtered_page_s": filtered_s,
-            "filtered_page_server_cpu_s": filtered_cpu,
+            "first_page_request_s": round(request_s, 3),
+            "first_page_server_cpu_s": round(request_cpu, 3),
+            "spawn_to_first_page_s": round(time.perf_counter() - started, 3),
         }
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=1_000_000)
-    parser.add_argument("--line-kb", type=int, default=35)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / ".run_index_data"))
-    parser.add_argument("--steps", type=int, default=10, help="steps per generated episode (realistic: 10)")
-    parser.add_argument("--reference", action="store_true", help="also time the earlier full-read path")
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--reuse", action="store_true", help="reuse an existing generated run (and its index) in --out")
-    args = parser.parse_args()
-    root = Path(args.out)
-    rel = f"val/bench-{args.episodes}x{args.line_kb}kb"
-    run = root / rel
-    reuse = args.reuse and (run / "traces.index.parquet").is_file()
-    if run.exists() and not reuse:
-        shutil.rmtree(run)
-    result: dict[str, object] = {
-        "episodes": args.episodes,
-        "line_kb_target": args.line_kb,
-        "cpus": os.cpu_count(),
-        "load_average_at_start": os.getloadavg(),
+def _stats(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": runs}
+    for key in ("wall_s", "cpu_s", "peak_rss_mb"):
+        values = [r[key] for r in runs]
+        out[key] = {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
+    out["load_1min"] = [r["load_1min"] for r in runs]
+    return out
+
+
+def measure_size(
+    episodes: int,
+    *,
+    work: Path,
+    split_file: Path,
+    servers: dict[str, str],
+    seeds: list[dict[str, Any]],
+    repeats: int,
+    viewer: bool,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """Generate one run of *episodes* episodes and measure build, resume no-op and summarize on it."""
+    name = f"bench-{episodes}"
+    mapping = config_mapping(work, episodes=episodes, split_file=split_file, name=name, **servers)
+    config = work / f"{name}.yaml"
+    config.write_text(json.dumps(mapping), encoding="utf-8")
+    _log(f"{episodes}: generating")
+    result: dict[str, Any] = {
+        "episodes": episodes,
+        "tasks": mapping["tasks"]["sample_size"],
+        "repeats_per_task": mapping["tasks"]["repeats"],
+        "generate": generate(config, seeds),
     }
-    previous = RESULTS / f"run_index-{args.episodes}x{args.line_kb}kb.json"
+    run = Path(result["generate"].pop("run_dir"))
     try:
-        result["steps_per_episode"] = args.steps
-        if reuse and previous.is_file():
-            # Generation and the from-scratch build are kept from the run that made the data.
-            old = json.loads(previous.read_text(encoding="utf-8"))
-            result["generate"], result["build"], result["index_bytes"] = (
-                old["generate"],
-                old["build"],
-                old["index_bytes"],
-            )
-            result["reused_data_from"] = str(previous)
-        else:
-            result["generate"] = generate(run, args.episodes, args.line_kb, args.steps)
-            result["build"] = _measure(_BUILD, str(run))
-            result["index_bytes"] = sum(p.stat().st_size for p in run.glob("traces.index.*"))
-        result["resume_summary"] = _measure(_RESUME, str(run), str(args.episodes))
-        result["page"] = first_page(root, rel)
-        if args.reference:
-            result["reference_full_read"] = _measure(_REFERENCE, str(run))
+        for sidecar in run.glob("traces.index.*"):
+            sidecar.unlink()
+        _log(f"{episodes}: index build from scratch")
+        result["build"] = measure(_python(_BUILD, str(run)))
+        result["index_bytes"] = sum(p.stat().st_size for p in run.glob("traces.index.*"))
+        resume_cmd = [*_shopsimrl(), "run", str(config), "--progress", "none", "--quiet"]
+        _log(f"{episodes}: first resume after the build")
+        result["resume_first"] = measure(resume_cmd, cwd=work)
+        resumes, summaries = [], []
+        for rep in range(repeats):  # interleaved, so both see the same minutes of the machine
+            _log(f"{episodes}: resume no-op + summarize, round {rep + 1}/{repeats} (load {os.getloadavg()[0]:.2f})")
+            resumes.append(measure(resume_cmd, cwd=work))
+            summaries.append(measure([*_shopsimrl(), "summarize", str(run)], cwd=work, stdout=work / "summary.out"))
+        result["resume"] = _stats(resumes)
+        result["summarize"] = _stats(summaries)
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        result["summary_counts"] = {k: summary["counts"].get(k) for k in ("requested", "completed", "failed")}
+        if summary["counts"].get("completed") != episodes:
+            raise SystemExit(f"{run}: the summary counts {summary['counts']} completed, expected {episodes}")
+        if viewer:
+            result["page"] = first_page(work / "runs", str(run.relative_to(work / "runs")))
+    finally:
+        if not keep:
+            shutil.rmtree(run, ignore_errors=True)
+    return result
+
+
+def curve(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The rows of the curve (medians, wall and CPU) over every measured size."""
+    rows = []
+    for episodes in sorted(results):
+        r = results[episodes]
+        rows.append(
+            {
+                "episodes": episodes,
+                "line_kb": round(r["generate"]["line_bytes_mean"] / 1024, 1),
+                "traces_gb": round(r["generate"]["traces_bytes"] / 1e9, 2),
+                "build": {k: r["build"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "load_1min")},
+                "resume_first": {k: r["resume_first"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "load_1min")},
+                "resume": {k: r["resume"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "load_1min")},
+                "summarize": {k: r["summarize"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "load_1min")},
+                "created_at": r.get("created_at"),
+            }
+        )
+    return {"schema": SCHEMA + "-curve", "rows": rows}
+
+
+def plot(doc: dict[str, Any], out: Path) -> None:
+    """Log-log plot of CPU and wall per phase against episodes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["rows"]
+    xs = [r["episodes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label, style in (
+        ("resume", "resume no-op (`shopsimrl run`)", "o-"),
+        ("summarize", "`shopsimrl summarize`", "s-"),
+        ("resume_first", "first resume after the build", "^--"),
+        ("build", "index build from scratch", "d:"),
+    ):
+        cpu = [r[key]["cpu_s"]["median"] if isinstance(r[key]["cpu_s"], dict) else r[key]["cpu_s"] for r in rows]
+        ax.plot(xs, cpu, style, label=label + " — CPU")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("episodes in the run (one trace line each)")
+    ax.set_ylabel("CPU seconds, whole process (user + system)")
+    ax.set_title("Resume and summary against run size (medians; 2 shared vCPUs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def write_curve() -> Path:
+    """Rebuild ``run_index_curve.json`` and ``.png`` from every ``run_index-<N>.json`` in the results."""
+    results: dict[int, dict[str, Any]] = {}
+    for path in RESULTS.glob("run_index-*.json"):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("schema") == SCHEMA:
+            results[int(doc["episodes"])] = doc
+    data = curve(results)
+    out = RESULTS / f"{CURVE}.json"
+    out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    plot(data, RESULTS / f"{CURVE}.png")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every size in ``--episodes``; print a table; write the JSON files and the curve."""
+    from benchmarks._stub_env import StubEnvServer
+    from benchmarks._stub_model import StubModelServer
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", default="10000,100000,1000000", help="comma list of run sizes")
+    parser.add_argument("--steps", type=int, default=5, help="interactions per seed episode (default 5)")
+    parser.add_argument("--obs-kb", default="1", help="page KB per step of the seed run, comma list cycled")
+    parser.add_argument("--repeats", type=int, default=3, help="resume and summarize rounds per size (medians)")
+    parser.add_argument("--work", type=Path, default=None, help="folder for the generated runs (default: temp dir)")
+    parser.add_argument("--viewer", action="store_true", help="also time the viewer's first run page")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder and the generated runs")
+    parser.add_argument(
+        "--curve-only", action="store_true", help="only rebuild the curve (JSON, PNG) and print its table"
+    )
+    args = parser.parse_args(argv)
+    if args.curve_only:
+        print(f"wrote {write_curve()}")
+        print(markdown_curve(json.loads((RESULTS / f"{CURVE}.json").read_text(encoding="utf-8"))))
+        return 0
+    sizes = [int(x) for x in args.episodes.split(",") if x.strip()]
+    work = Path(tempfile.mkdtemp(prefix="bench-run-index-", dir=args.work))
+    try:
+        from shopsim_sandbox.cli import write_catalog
+
+        _, split_file = write_catalog(work, 20_000, 0)
+        obs = tuple(int(x) for x in args.obs_kb.split(","))
+        with StubEnvServer(args.steps, obs) as env, StubModelServer() as model:
+            servers = {"env_url": env.env_url, "model_url": model.base_url, "model": model.model}
+            seeds = seed_records(work, split_file=split_file, **servers)
+            for episodes in sizes:
+                doc = {
+                    "schema": SCHEMA,
+                    "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "machine": machine_facts(("polars", "orjson", "msgspec", "numpy")),
+                    "seed": {"episodes": SEED_EPISODES, "steps": args.steps, "obs_kb": list(obs)},
+                }
+                doc.update(
+                    measure_size(
+                        episodes,
+                        work=work,
+                        split_file=split_file,
+                        servers=servers,
+                        seeds=seeds,
+                        repeats=args.repeats,
+                        viewer=args.viewer,
+                        keep=args.keep,
+                    )
+                )
+                out = RESULTS / f"run_index-{episodes}.json"
+                out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                print(format_row(doc), flush=True)
+                print(f"wrote {out}", flush=True)
     finally:
         if not args.keep:
-            shutil.rmtree(run, ignore_errors=True)
-    gen, build, resume, page = result["generate"], result["build"], result["resume_summary"], result["page"]  # type: ignore[misc]
-    rows = [
-        ("traces", f"{gen['traces_bytes'] / 1e9:.2f} GB, {gen['line_bytes_mean'] / 1024:.1f} KB/line"),  # type: ignore[index]
-        ("index sidecar", f"{result['index_bytes'] / 1e6:.1f} MB"),  # type: ignore[operator]
-        (
-            "index build (from scratch)",
-            f"{build['wall_s']:.1f} s wall, {build['cpu_s']:.1f} s CPU, {build['peak_rss_mb']:.0f} MB peak",
-        ),  # type: ignore[index]
-        (
-            "resume index + summary",
-            f"{resume['wall_s']:.2f} s wall, {resume['cpu_s']:.2f} s CPU, {resume['peak_rss_mb']:.0f} MB peak (target ≤ 5 s, ≤ 2048 MB)",  # noqa: E501
-        ),  # type: ignore[index]
-        (
-            "viewer first page (request)",
-            f"{page['first_page_request_s']:.2f} s wall, {page['first_page_server_cpu_s']:.2f} s server CPU (target ≤ 1 s)",  # noqa: E501
-        ),  # type: ignore[index]
-        ("viewer spawn → first page", f"{page['spawn_to_first_page_s']:.2f} s"),  # type: ignore[index]
-        (
-            "viewer filtered page 3",
-            f"{page['filtered_page_s']:.2f} s wall, {page['filtered_page_server_cpu_s']:.2f} s server CPU",
-        ),  # type: ignore[index]
-    ]
-    if "reference_full_read" in result:
-        ref = result["reference_full_read"]
-        rows.append(
-            (
-                "reference: re-read all traces + summary",
-                f"{ref['wall_s']:.1f} s wall, {ref['peak_rss_mb']:.0f} MB peak "  # type: ignore[index]
-                f"(ratio {ref['wall_s'] / resume['wall_s']:.0f}x)",
-            )
-        )  # type: ignore[index]
-    width = max(len(r[0]) for r in rows)
-    print(f"run index benchmark: {args.episodes} episodes, target {args.line_kb} KB/line, {os.cpu_count()} CPUs")
-    for name, value in rows:
-        print(f"| {name.ljust(width)} | {value} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"run_index-{args.episodes}x{args.line_kb}kb.json"
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {write_curve()}")
     return 0
 
 
+def markdown_curve(doc: dict[str, Any]) -> str:
+    """The docs table of the curve (docs/benchmarks.md quotes it verbatim; tests/benchmarks compares the two)."""
+    from benchmarks._headline import span
+
+    def med(phase: dict[str, Any]) -> str:
+        cpu = phase["cpu_s"]
+        return (
+            f"{phase['wall_s']['median']:.2f} / {cpu['median']:.2f} s ({span(cpu['min'], cpu['max'], 2)}), "
+            f"{phase['peak_rss_mb']['median']:,.0f} MB"
+        )
+
+    lines = [
+        "| episodes | traces | index build from scratch: wall / CPU, peak RSS | first resume after the build "
+        "| resume no-op (`shopsimrl run`): wall / CPU (CPU min–max), peak RSS | `shopsimrl summarize`: the same "
+        "| load (1 min) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        b, f = row["build"], row["resume_first"]
+        loads = [*row["resume"]["load_1min"], *row["summarize"]["load_1min"]]
+        lines.append(
+            f"| {row['episodes']:,} | {row['traces_gb']:.2f} GB, {row['line_kb']:.1f} KB/line "
+            f"| {b['wall_s']:.1f} / {b['cpu_s']:.1f} s, {b['peak_rss_mb']:,.0f} MB "
+            f"| {f['wall_s']:.2f} / {f['cpu_s']:.2f} s, {f['peak_rss_mb']:,.0f} MB "
+            f"| {med(row['resume'])} | {med(row['summarize'])} | {span(min(loads), max(loads), 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def format_row(doc: dict[str, Any]) -> str:
+    """One size's table line."""
+    gen, b, f, r, s = doc["generate"], doc["build"], doc["resume_first"], doc["resume"], doc["summarize"]
+    return (
+        f"{doc['episodes']:>9,} episodes, {gen['traces_bytes'] / 1e9:.2f} GB ({gen['line_bytes_mean'] / 1024:.1f}"
+        f" KB/line): build {b['wall_s']:.1f} s wall / {b['cpu_s']:.1f} s CPU; first resume {f['wall_s']:.2f} / "
+        f"{f['cpu_s']:.2f}; resume no-op {r['wall_s']['median']:.2f} / {r['cpu_s']['median']:.2f} "
+        f"({r['peak_rss_mb']['median']:.0f} MB); summarize {s['wall_s']['median']:.2f} / "
+        f"{s['cpu_s']['median']:.2f} ({s['peak_rss_mb']['median']:.0f} MB); load {r['load_1min']}"
+    )
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
