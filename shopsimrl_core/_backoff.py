@@ -29,7 +29,7 @@ class Backoff:
 
     def delay(self, n: int, u: float = 0.0) -> float:
         """Seconds to wait after the *n*-th failure (n ≤ 1 gives the first wait)."""
-        raw = self.base * 2 ** max(n - 1, 0)
+        raw = self.base * 2.0 ** max(n - 1, 0)
         bounded = min(raw, self.cap)
         if self.jitter == "equal":
             return bounded * (0.5 + 0.5 * u)

@@ -341,7 +341,7 @@ class ShopSimulatorClient:
                 f"environment {action} result has no observation_state with a string observation_version",
                 env_idx=env_idx,
             )
-        version = state["observation_version"]
+        version: str = state["observation_version"]
         if self.expected_observation_versions is not None and version not in self.expected_observation_versions:
             raise ShopSimulatorError(
                 f"environment {action}: observation_version {version!r} is not supported "

@@ -300,7 +300,8 @@ class Connection(asyncio.Protocol):
         if decoder is None:
             return data
         try:
-            return decoder.decompress(data) + decoder.flush()
+            body: bytes = decoder.decompress(data) + decoder.flush()
+            return body
         except zlib.error as exc:
             raise TransportError("DecodingError", f"bad {self.encoding} body: {exc}") from None
 

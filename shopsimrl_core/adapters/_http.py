@@ -159,7 +159,8 @@ def parsed_once(cache: dict[str, Any], key: str, parse: Callable[[str], _Parsed]
         value = parse(key)
         if len(cache) < 64:
             cache[key] = value
-    return value
+    parsed: _Parsed = value
+    return parsed
 
 
 class _Engine:

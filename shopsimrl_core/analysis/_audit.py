@@ -69,11 +69,13 @@ class TraceAudit:
 def _goal_of(record: dict[str, Any]) -> dict[str, Any] | None:
     final = record.get("final")
     if isinstance(final, dict) and isinstance(final.get("goal"), dict) and final["goal"]:
-        return final["goal"]
+        goal: dict[str, Any] = final["goal"]
+        return goal
     for step in reversed(record.get("steps") or []):
         env = step.get("environment") if isinstance(step, dict) else None
         if isinstance(env, dict) and isinstance(env.get("goal"), dict) and env["goal"]:
-            return env["goal"]
+            step_goal: dict[str, Any] = env["goal"]
+            return step_goal
     return None
 
 

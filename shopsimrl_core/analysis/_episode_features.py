@@ -57,7 +57,8 @@ def _frozen(value: Any) -> Hashable:
     # string belongs (a malformed trace) becomes a stable hashable stand-in instead of a crash.
     if isinstance(value, (dict, list)):
         return ("unhashable", json.dumps(value, sort_keys=True, default=str))
-    return value
+    hashable: Hashable = value
+    return hashable
 
 
 def _state_key(state: Mapping[str, Any]) -> tuple[Hashable, ...]:

@@ -67,19 +67,19 @@ def _stdev(values: Any) -> float:
     """
     sqrt_of_frac = getattr(statistics, "_float_sqrt_of_frac", None)
     if len(values) < _EXACT_MIN_N or sqrt_of_frac is None:
-        return statistics.stdev(values.to_list() if hasattr(values, "to_list") else values)
+        return float(statistics.stdev(values.to_list() if hasattr(values, "to_list") else values))
     from fractions import Fraction
 
     import numpy as np  # only for long inputs: its import costs more than a short run's whole summary
     x = _as_array(values)
     if not np.isfinite(x).all():
-        return statistics.stdev(x.tolist())
+        return float(statistics.stdev(x.tolist()))
     sx, sxx, low = _exact_sums(x, squares=True)
     n = len(x)
     scale = Fraction(2) ** low
     fsx, fsxx = Fraction(sx) * scale, Fraction(sxx) * scale * scale
     mss = ((n * fsxx - fsx * fsx) / n) / (n - 1)
-    return sqrt_of_frac(mss.numerator, mss.denominator)
+    return float(sqrt_of_frac(mss.numerator, mss.denominator))
 
 
 def _fmean(series: Any) -> float | None:
@@ -87,7 +87,7 @@ def _fmean(series: Any) -> float | None:
     # which agrees with Python's own float means, not with a summation-order-dependent result. Long
     # series take the exact integer sum instead: its correctly rounded float is math.fsum's value.
     values = series.drop_nulls()
-    n = values.len()
+    n: int = values.len()
     if n == 0:
         return None
     if n < _EXACT_MIN_N:

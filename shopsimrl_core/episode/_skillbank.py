@@ -186,7 +186,7 @@ def load_skillbank(path: Path | str) -> dict[str, Any]:
         ConfigError: unreadable file, invalid JSON or a §11.2 violation (message names file and field).
     """
     where = str(path)
-    bank = read_json_file(path, "SkillBank", fix="fix skills.path")
+    bank: dict[str, Any] = read_json_file(path, "SkillBank", fix="fix skills.path")
     validate_skillbank(bank, where)
     return bank
 

@@ -49,7 +49,8 @@ def widest_call_seed(plan: Any) -> int | None:
     """The largest per-call seed the plan can send (``job.seed + max_steps − 1``), or None without jobs."""
     if not plan.jobs:
         return None
-    return max(job.seed for job in plan.jobs) + plan.config.runtime.max_steps - 1
+    widest: int = max(job.seed for job in plan.jobs) + plan.config.runtime.max_steps - 1
+    return widest
 
 
 async def check_seed_width(plan: Any, *, transport: httpx.AsyncBaseTransport | None = None) -> None:

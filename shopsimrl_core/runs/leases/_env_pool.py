@@ -33,6 +33,7 @@ from typing import Any
 
 from shopsimrl_core._errors import ShopSimulatorError
 from shopsimrl_core.adapters._http import TransportError
+from shopsimrl_core.adapters._lease_session import LeaseSession
 
 __all__ = ["EnvironmentPool", "PooledSession", "ServerState", "environment_client", "per_server"]
 
@@ -266,7 +267,7 @@ class PooledSession:
     def __init__(self, pool: EnvironmentPool) -> None:
         self.pool = pool
         self.server: ServerState | None = None
-        self.inner: Any = None
+        self.inner: LeaseSession | None = None
 
     async def __aenter__(self) -> PooledSession:
         return self
@@ -321,7 +322,7 @@ class PooledSession:
                 raise ShopSimulatorError(f"environment reset: none of the {len(pool.servers)} servers could be reached")
             tried.add(server.index)
             pool._take(server)
-            inner = server.member.session()
+            inner: LeaseSession = server.member.session()
             try:
                 result = await inner.reset(task_id)
             except BaseException as exc:

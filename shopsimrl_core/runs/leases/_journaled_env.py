@@ -30,6 +30,7 @@ from typing import Any
 
 from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._errors import ShopSimulatorError
+from shopsimrl_core.adapters._environment import EnvironmentSession
 from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
 from shopsimrl_core.runs.leases._slot_budget import SlotBudget, SlotsLost
 
@@ -109,7 +110,8 @@ class JournaledEnvironment:
 
     async def health(self) -> dict[str, Any]:
         """The wrapped client's ``GET /healthz``."""
-        return await self.client.health()
+        body: dict[str, Any] = await self.client.health()
+        return body
 
     async def release(self, env_idx: int, lease_id: str, *, budget_seconds: float | None = None) -> bool:
         """``release_one`` with exponential backoff (0.1 s doubling to 2 s) for *budget_seconds*.
@@ -258,7 +260,7 @@ class JournaledEnvironment:
 class JournaledSession:
     """One episode's lease, journaled. Same surface as ``EnvironmentSession`` for the runtime."""
 
-    def __init__(self, owner: JournaledEnvironment, inner: Any) -> None:
+    def __init__(self, owner: JournaledEnvironment, inner: EnvironmentSession) -> None:
         self.owner = owner
         self.inner = inner
         self._journaled: tuple[int, str] | None = None
@@ -297,9 +299,10 @@ class JournaledSession:
         await self.close()
 
     def _journal_lease(self) -> None:
-        if self.inner.lease_id is not None and self._journaled is None:
-            self._journaled = (self.inner.env_idx, self.inner.lease_id)
-            self.owner.journal.acquired(self.inner.env_idx, self.inner.lease_id, self.owner.base_url, self._key)
+        env_idx, lease_id = self.inner.env_idx, self.inner.lease_id
+        if lease_id is not None and env_idx is not None and self._journaled is None:
+            self._journaled = (env_idx, lease_id)
+            self.owner.journal.acquired(env_idx, lease_id, self.owner.base_url, self._key)
 
     async def reset(self, task_id: int) -> dict[str, Any]:
         """Reset with a bounded wait for a slot; the granted lease is journaled before this returns.
@@ -399,7 +402,7 @@ class JournaledSession:
             ShopSimulatorError: every release try failed (recorded as a cleanup error).
         """
         env_idx, lease_id = self.inner.env_idx, self.inner.lease_id
-        if lease_id is None:
+        if lease_id is None or env_idx is None:  # a lease always names its slot (the client checks reset answers)
             return
         self.inner.env_idx = self.inner.lease_id = None  # the wrapped close becomes a no-op
         if self._journaled is None:

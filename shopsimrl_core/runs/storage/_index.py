@@ -256,7 +256,8 @@ class RunIndex:
         at = int(ids.search_sorted(episode_id))
         if at >= ids.len() or ids[at] != episode_id:
             return None
-        return self.episodes.row(at, named=True)
+        row: dict[str, Any] = self.episodes.row(at, named=True)
+        return row
 
     def read_record(self, episode_id: str) -> dict[str, Any] | None:
         """Read and parse the latest trace record of *episode_id* (one seek), or None."""
@@ -265,7 +266,8 @@ class RunIndex:
             return None
         with open(self.traces_path, "rb") as handle:
             handle.seek(row["offset"])
-            return loads(handle.read(row["length"]))
+            record: dict[str, Any] | None = loads(handle.read(row["length"]))
+            return record
 
     def first_exported(self) -> tuple[int, int, int] | None:
         """``(line, offset, length)`` of the first exported (redacted) record, or None (runtime-semantics §22.7)."""

@@ -286,7 +286,7 @@ class EntryView(Mapping[str, Any]):
         return iter(self._index.episodes.get_column("episode_id").to_list())
 
     def __len__(self) -> int:
-        return self._index.episodes.height
+        return int(self._index.episodes.height)
 
     def values(self) -> Any:
         """Every entry, in id order, built from the cached columns (no per-key lookup)."""
