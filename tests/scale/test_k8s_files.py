@@ -2,9 +2,12 @@
 
 - ``deploy/Dockerfile``: every COPY source exists in the build context (and is not excluded by its
   ``.dockerignore``), the extras it installs exist in ``pyproject.toml``, the modules it imports exist.
-- ``deploy/helm/values.yaml``: parses, and every key is one the pinned chart accepts
-  (``deploy/helm/chart-keys.txt``, the documented key list that stands in for the chart's schema);
-  the coordinator it names is importable and configured like ``configs/pipeline/dagster.yaml``; the
+- ``deploy/helm/values.yaml``: parses, and passes the pinned chart's schema as Helm would apply it to
+  our values merged with the chart's defaults (``deploy/helm/chart-schema-1.13.json``, derived from the
+  chart's ``values.schema.json`` by ``scripts/derive_chart_schema.py``): every key exists where the
+  schema closes an object, types and enum values match, required keys are ours where the chart's
+  defaults are not bound to hold them, and a ``type`` comes with the sub-object it requires. The
+  coordinator it names is importable and configured like ``configs/pipeline/dagster.yaml``; the
   Secrets, ConfigMap and volume claim it names are the ones ``deploy/k8s`` and the docs create.
 - ``execution.executor: k8s_job``: ``deploy/k8s/pipeline.k8s.yaml`` loads, and its executor config
   passes Dagster's own config validation of dagster-k8s's ``k8s_job_executor`` (skipped with the
@@ -16,12 +19,14 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
+import json
 import re
 import shlex
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -34,7 +39,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 VALUES = DEPLOY / "helm" / "values.yaml"
-CHART_KEYS = DEPLOY / "helm" / "chart-keys.txt"
+CHART_SCHEMA = DEPLOY / "helm" / "chart-schema-1.13.json"
+DERIVE_SCRIPT = REPO_ROOT / "scripts" / "derive_chart_schema.py"
 K8S_SETTINGS = DEPLOY / "k8s" / "pipeline.k8s.yaml"
 PINNED_CHART = "1.13.27"
 
@@ -90,45 +96,125 @@ def test_the_dockerfile_installs_existing_extras_and_imports_existing_modules() 
     assert "shopsimrl_dagster.definitions" in cmd
 
 
-def _chart_keys() -> list[str]:
-    return [line.strip() for line in CHART_KEYS.read_text(encoding="utf-8").splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+def _chart_schema_tool() -> ModuleType:
+    """scripts/derive_chart_schema.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("derive_chart_schema", DERIVE_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _paths(value: Any, prefix: str = "") -> list[str]:
-    """Dotted key paths of every leaf and of every mapping key (list items as ``[]``)."""
-    if isinstance(value, dict):
-        out = []
-        for key, child in value.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            out.append(path)
-            out += _paths(child, path)
-        return out
-    if isinstance(value, list):
-        return [p for item in value for p in _paths(item, f"{prefix}[]")]
-    return []
+def _chart_paths() -> dict[str, dict[str, Any]]:
+    derived = json.loads(CHART_SCHEMA.read_text(encoding="utf-8"))
+    assert derived["meta"]["chart"] == "dagster" and derived["meta"]["chart_version"] == PINNED_CHART
+    return derived["paths"]
 
 
-def _accepted(path: str, keys: list[str]) -> bool:
-    for key in keys:
-        if key.endswith(".*"):
-            base = key[:-2]
-            if path == base or path.startswith(base + ".") or path.startswith(base + "["):
-                return True
-        elif path == key or key.startswith(path + ".") or key.startswith(path + "["):
-            return True  # the key itself, or a mapping on the way to one
-    return False
+def _values() -> dict[str, Any]:
+    return yaml.safe_load(VALUES.read_text(encoding="utf-8"))
 
 
-def test_the_values_file_uses_only_keys_of_the_pinned_chart() -> None:
-    values = yaml.safe_load(VALUES.read_text(encoding="utf-8"))
+def test_the_values_file_passes_the_pinned_chart_schema() -> None:
     assert f"--version {PINNED_CHART}" in VALUES.read_text(encoding="utf-8")
-    keys = _chart_keys()
-    unknown = [path for path in _paths(values) if not _accepted(path, keys)]
-    assert not unknown, f"keys the chart {PINNED_CHART} does not take (deploy/helm/chart-keys.txt): {unknown}"
-    # The key list itself is no catch-all.
-    assert not _accepted("dagsterDaemon.runCoordinator.config.customRunCoordinator.klass", keys)
-    assert not _accepted("runLauncher.config.k8sRunLauncher.envSecret", keys)
+    problems = _chart_schema_tool().check_values(_values(), _chart_paths())
+    assert problems == [], f"deploy/helm/values.yaml against the chart {PINNED_CHART} schema: {problems}"
+
+
+@pytest.mark.parametrize(
+    ("where", "change", "expected"),
+    [
+        (("dagsterWebserver", "image"), {"pullPolicy": "Sometimes"},
+         "dagsterWebserver.image.pullPolicy: 'Sometimes' is not one of Always, IfNotPresent, Never"),
+        (("dagster-user-deployments", "deployments", 0), {"port": "3030"},
+         "dagster-user-deployments.deployments[0].port: a string ('3030'), the chart takes integer"),
+        (("telemetry",), {"enabled": "false"}, "telemetry.enabled: a string ('false'), the chart takes boolean"),
+        (("dagsterDaemon", "runCoordinator", "config", "customRunCoordinator"), {"klass": "X"},
+         "customRunCoordinator.klass: not a key the chart takes here (it takes: module, class, config)"),
+        (("runLauncher", "config", "k8sRunLauncher"), {"envSecret": []},
+         "runLauncher.config.k8sRunLauncher.envSecret: not a key the chart takes here"),
+        (("dagsterWebserver",), {"replicas": 2}, "dagsterWebserver.replicas: not a key the chart takes here"),
+        (("dagster-user-deployments", "deployments", 0), {"name": None},
+         "dagster-user-deployments.deployments[0].name: a null (None), the chart takes string"),
+        (("runLauncher",), {"type": "CustomRunLauncher"},
+         "runLauncher.config: missing customRunLauncher, required with type: CustomRunLauncher"),
+    ],
+)
+def test_the_chart_schema_check_refuses_what_the_chart_refuses(where: tuple, change: dict, expected: str) -> None:
+    values = _values()
+    target: Any = values
+    for step in where:
+        target = target[step]
+    target.update(change)
+    problems = _chart_schema_tool().check_values(values, _chart_paths())
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_the_chart_schema_check_wants_required_keys_the_chart_defaults_may_lack() -> None:
+    tool, paths = _chart_schema_tool(), _chart_paths()
+    values = _values()
+    del values["dagster-user-deployments"]["deployments"][0]["port"]  # a list item: the chart's defaults replaced
+    del values["runLauncher"]["config"]["k8sRunLauncher"]["loadInclusterConfig"]  # nullable in the schema
+    del values["dagsterDaemon"]["image"]["tag"]  # optional: fine
+    problems = tool.check_values(values, paths)
+    assert "dagster-user-deployments.deployments[0]: missing required port" in problems
+    assert "runLauncher.config.k8sRunLauncher: missing required loadInclusterConfig" in problems
+    assert len(problems) == 2, problems
+    # An object on a chain of required keys is filled by the chart's own defaults (they pass its schema).
+    assert paths["dagsterDaemon"]["guaranteed"] and "heartbeatTolerance" in paths["dagsterDaemon"]["required"]
+
+
+def test_the_derivation_resolves_refs_alternatives_maps_and_conditions() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "svc": {"$ref": "#/$defs/Svc"},
+            "extra": {"anyOf": [{"$ref": "#/$defs/Svc"}, {"type": "null"}]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "pods": {"type": "array", "items": {"$ref": "#/$defs/Pod"}},
+        },
+        "required": ["svc", "pods"],
+        "$defs": {
+            "Mode": {"type": "string", "enum": ["a", "b"]},
+            "Svc": {"type": "object", "additionalProperties": False, "required": ["mode", "port"],
+                    "properties": {"mode": {"$ref": "#/$defs/Mode"}, "port": {"anyOf": [{"type": "integer"},
+                                                                                        {"type": "string"}]},
+                                   "a": {"type": "object"}},
+                    "allOf": [{"if": {"properties": {"mode": {"const": "a"}}},
+                               "then": {"properties": {"a": {"required": ["x"]}}}}]},
+            "Pod": {"$ref": "https://example.invalid/_definitions.json#/definitions/io.k8s.api.core.v1.Pod",
+                    "type": "object", "additionalProperties": True},
+        },
+    }
+    tool = _chart_schema_tool()
+    paths = tool.derive(schema)
+    assert paths["svc"] == {"type": ["object"], "required": ["mode", "port"], "additional": False,
+                            "guaranteed": True, "conditions": [{"when": {"mode": "a"}, "require": {"a": ["x"]}}]}
+    assert paths["svc.mode"] == {"type": ["string"], "enum": ["a", "b"]}
+    assert paths["svc.port"] == {"type": ["integer", "string"]}
+    assert paths["extra"]["type"] == ["object", "null"] and paths["extra"]["guaranteed"] is False
+    assert paths["labels.*"] == {"type": ["string"]}
+    assert paths["pods[]"]["k8s"] == "io.k8s.api.core.v1.Pod" and paths["pods[]"]["guaranteed"] is False
+    assert tool.check_values({"svc": {"mode": "a", "port": 1}, "pods": [{"any": 1}]}, paths) == [
+        "svc.a: missing x, required with mode: a"]
+    assert tool.check_values({"extra": {"mode": "c"}, "pods": []}, paths) == [
+        "extra.mode: 'c' is not one of a, b", "extra: missing required port"]
+
+
+def test_the_chart_schema_script_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "values.schema.json"
+    broken.write_text('{"properties": ', encoding="utf-8")
+    out = tmp_path / "derived.json"
+    result = subprocess.run([sys.executable, str(DERIVE_SCRIPT), "derive", str(broken), "-o", str(out),
+                             "--chart-version", "0", "--source", "test"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and not out.exists() and not list(tmp_path.glob(".derived*"))
+    assert result.stderr.count("\n") == 1 and str(broken) in result.stderr and "does not parse" in result.stderr
+    bad = tmp_path / "values.yaml"
+    bad.write_text("telemetry: {enabled: 'no'}\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, str(DERIVE_SCRIPT), "check", str(bad), "--against", str(CHART_SCHEMA)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == f"{bad}: telemetry.enabled: a string ('no'), the chart takes boolean\n"
 
 
 def test_the_values_deploy_the_project_s_queue_launcher_and_image() -> None:
