@@ -113,6 +113,7 @@ def _cmd_online_gate(args: argparse.Namespace) -> int:
             mask_seed=args.mask_seed,
             active_skill_budget=args.active_skill_budget,
             bootstrap_samples=args.bootstrap_samples,
+            selection_rule=args.selection_rule,
         )
     )
     _print(
@@ -203,6 +204,9 @@ def register_skills_cli(subparsers: Any) -> None:
     og.add_argument("--mask-seed", type=int, default=20260901)
     og.add_argument("--active-skill-budget", type=int, default=10)
     og.add_argument("--bootstrap-samples", type=int, default=1000)
+    og.add_argument("--selection-rule", choices=["published", "above_noise"], default="published",
+                    help="published: rewrite winners, then β > 0, top K (§17.3); above_noise: also above the "
+                    "sign-flip noise bar")
     og.set_defaults(handler=_cmd_online_gate)
 
     sn = subparsers.add_parser("snapshot", help="write an immutable skillbank-<sha256>.json of a SkillBank")

@@ -273,7 +273,7 @@ class OnlineContribution(Part):
     order: Int
     coefficient: Number
     rank: Int | None
-    status: Literal["selected", "retired", "non_positive", "budget_excluded", "rewrite_loser"]
+    status: Literal["selected", "retired", "non_positive", "budget_excluded", "rewrite_loser", "within_noise"]
     auxiliary_coefficients: dict[str, Number]
     confidence_interval: list[Number] | None
     within_noise: Bool | None = None

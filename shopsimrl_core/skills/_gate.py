@@ -11,7 +11,9 @@ the gate decide, and writes ``contributions.json``, the selected SkillBank, ``se
 ``proposal_ledger.jsonl`` and the gate manifest in one order.
 
 This project adds task-level bootstrap intervals for every coefficient (reported, never used to
-select, so the selection rule stays the legacy one).
+select) and the sign-flip noise bar; both gates choose with the same selection rules
+(:data:`SELECTION_RULES`: ``published``, the default that reproduces published rounds, or
+``above_noise``) through the one K rule, :func:`top_k`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +49,10 @@ from shopsimrl_core.skills._pairing import (
 __all__ = [
     "GateAResult",
     "GateDecision",
+    "SELECTION_RULES",
+    "require_selection_rule",
+    "noise_exclusions",
+    "top_k",
     "PairedDesign",
     "Runner",
     "gate_config_problems",
@@ -169,6 +175,58 @@ def estimate(
             out[metric]["within_noise"] = {c: abs(b) <= bar for c, b in zip(chunk_ids, beta)}
             out[metric]["adjusted_p_values"] = dict(zip(chunk_ids, noise["adjusted_p_values"]))
     return out
+
+
+SELECTION_RULES: dict[str, str] = {
+    "published": "strictly_positive_top_k",
+    "above_noise": "above_noise_bar_top_k",
+}
+"""Both gates' selection rules → the K rule they record (Gate A as ``estimator.selection_rule``, the
+online gate after its rewrite step). ``published`` (§16.3, §17.3, the default) reproduces published
+rounds; ``above_noise`` also keeps out coefficients within the sign-flip noise bar, which holds the chance
+of selecting any no-effect column at most 5 % (docs/statistics.md)."""
+
+
+def require_selection_rule(rule: str, setting: str) -> None:
+    """Refuse a selection rule that is not a key of :data:`SELECTION_RULES`; *setting* names the option.
+
+    Raises:
+        SkillError (``gate-config``): an unknown rule, named with the valid ones.
+    """
+    if rule not in SELECTION_RULES:
+        raise _gate_error(f"{setting} must be one of {', '.join(SELECTION_RULES)} (got {rule!r})", code="gate-config")
+
+
+def noise_exclusions(reward: Mapping[str, Any], rule: str, setting: str) -> dict[str, bool] | None:
+    """What *rule* keeps out as noise: None for ``published``, the estimate's ``within_noise`` for ``above_noise``.
+
+    *reward* is the gate's ``estimates["reward"]``; *setting* names the option for the error.
+
+    Raises:
+        SkillError (``gate-config``): ``above_noise`` without a noise bar in the estimate.
+    """
+    if rule != "above_noise":
+        return None
+    within = reward.get("within_noise")
+    if within is None:
+        raise _gate_error(f"{setting} above_noise needs the noise bar; run with noise samples > 0", code="gate-config")
+    return dict(within)
+
+
+def top_k(
+    ranked: Sequence[str],
+    coefficients: Mapping[str, float],
+    budget: int,
+    within_noise: Mapping[str, bool] | None = None,
+) -> list[str]:
+    """The gates' K rule (§16.3, §17.3): the first *budget* of *ranked* with β > 0 strictly, noise marks left out.
+
+    *ranked* is best first; ids *within_noise* marks (the ``above_noise`` rule passes the estimate's
+    ``within_noise``) are not eligible. The one implementation both gates select with, so a rule can
+    never differ between them.
+    """
+    noisy = within_noise or {}
+    return [c for c in ranked if coefficients[c] > 0 and not noisy.get(c, False)][:budget]
 
 
 def _noise_fields(reward: dict[str, Any], column: str) -> dict[str, Any]:

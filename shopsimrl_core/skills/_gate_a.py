@@ -2,8 +2,8 @@
 
 Every val episode is run once with a random half of the draft chunks (a deterministic mask per
 episode and chunk, §16.2) and paired with its bare run (``_gate``). Chunks with a strictly
-positive reward coefficient are kept, at most ``active_skill_budget`` of them, and injected in
-draft order (§16.3).
+positive reward coefficient are kept (by the ``above_noise`` rule only those above the noise bar), at
+most ``active_skill_budget`` of them, and injected in draft order (§16.3); the rule is ``_gate``'s.
 
 Resumable: the masked run is an ordinary run directory (``output_dir``), so rerunning the gate
 reruns only incomplete episodes; the assignment file is reused when identical and refused when not.
@@ -34,6 +34,7 @@ from shopsimrl_core._versions import (
 )
 from shopsimrl_core.documents._skills import InitialDraft, MaskAssignments
 from shopsimrl_core.skills._gate import (
+    SELECTION_RULES,
     BareBaseline,
     GateAResult,
     GateDecision,
@@ -47,10 +48,13 @@ from shopsimrl_core.skills._gate import (
     finish_gate,
     load_gate_config,
     mask_draw,
+    noise_exclusions,
     preflight_bare_run,
+    require_selection_rule,
     resume_assignments,
     run_masked,
     run_summary,
+    top_k,
 )
 
 __all__ = [
@@ -151,15 +155,6 @@ class AssignedSkillBank(_AssignedSkills):
         return selected
 
 
-SELECTION_RULES: dict[str, str] = {
-    "published": "strictly_positive_top_k",
-    "above_noise": "above_noise_bar_top_k",
-}
-"""Gate A's selection rules → the ``estimator.selection_rule`` they record. ``published`` (§16.3, the
-default) reproduces published rounds; ``above_noise`` also drops chunks whose coefficient is within the
-sign-flip noise bar, which keeps the chance of selecting any no-effect chunk at most 5 % (docs/statistics.md)."""
-
-
 def select_chunks(
     coefficients: dict[str, float],
     draft_order: Sequence[str],
@@ -167,7 +162,7 @@ def select_chunks(
     *,
     within_noise: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
-    """Rank by ``(−β, chunk_id)``, keep β > 0 strictly, top *budget*, inject in draft order (§16.3).
+    """Rank by ``(−β, chunk_id)``, keep the gates' K rule (``_gate.top_k``), inject in draft order (§16.3).
 
     With *within_noise* (the ``above_noise`` rule) a positive chunk marked there is not eligible and
     gets the status ``within_noise``; ranks stay those of §16.3.
@@ -175,8 +170,7 @@ def select_chunks(
     ranked = sorted(draft_order, key=lambda c: (-coefficients[c], c))
     rank = {c: i for i, c in enumerate(ranked, start=1)}
     noisy = within_noise or {}
-    positive = [c for c in ranked if coefficients[c] > 0 and not noisy.get(c, False)]
-    chosen = set(positive[:budget])
+    chosen = set(top_k(ranked, coefficients, budget, noisy))
 
     def status(c: str) -> str:
         if c in chosen:
@@ -209,7 +203,7 @@ class GateAConfig:
     confidence_level: float = 0.95
     name: str = "trace2skill-gate-a"
     selection_rule: str = "published"
-    """``published`` (§16.3) or ``above_noise`` (see ``SELECTION_RULES``)."""
+    """``published`` (§16.3) or ``above_noise`` (see ``_gate.SELECTION_RULES``)."""
 
 
 def _check_draft(draft: dict[str, Any], bank: dict[str, Any], source: Path) -> list[str]:
@@ -255,11 +249,7 @@ def _prepare_gate_a(settings: GateAConfig) -> _PreparedGateA:
     out = Path(settings.output_dir)
     if settings.mask_probability != MASK_PROBABILITY:
         raise _gate_error(f"gate_a.mask_probability must be 0.5 (got {settings.mask_probability})", code="gate-config")
-    if settings.selection_rule not in SELECTION_RULES:
-        raise _gate_error(
-            f"gate_a.selection_rule must be one of {', '.join(SELECTION_RULES)} (got {settings.selection_rule!r})",
-            code="gate-config",
-        )
+    require_selection_rule(settings.selection_rule, "gate_a.selection_rule")
     config = load_gate_config(settings.experiment_config, out)
     draft_path = Path(settings.draft_path)
     draft = _load_json(draft_path, "initial skill draft", InitialDraft)
@@ -381,7 +371,7 @@ def run_gate_a(settings: GateAConfig, *, runner: Runner | None = None, **run_kwa
             "mask_seed": settings.mask_seed,
             "estimator": PAIRED_ESTIMATOR_NAME,
             "formula": PAIRED_ESTIMATOR_FORMULA,
-            "selection": "strictly_positive_top_k",
+            "selection": SELECTION_RULES[settings.selection_rule],
         },
         "input": {
             "draft_sha256": p.draft_sha,
@@ -421,10 +411,7 @@ def _decide(
     chunk_ids, assignment_sha = p.chunk_ids, p.assignments["assignment_sha256"]
     coefficients = estimates["reward"]["coefficients"]
     intervals = estimates["reward"].get("confidence_intervals", {})
-    noise = estimates["reward"].get("within_noise") if settings.selection_rule == "above_noise" else None
-    if settings.selection_rule == "above_noise" and noise is None:
-        raise _gate_error("gate_a.selection_rule above_noise needs the noise bar; run with noise samples > 0",
-                          code="gate-config")
+    noise = noise_exclusions(estimates["reward"], settings.selection_rule, "gate_a.selection_rule")
     selection = select_chunks(coefficients, chunk_ids, p.budget, within_noise=noise)
     by_id = {c["chunk_id"]: c for c in p.draft["chunks"]}
     aux = [m for m in estimates if m != "reward"]

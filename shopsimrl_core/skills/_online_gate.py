@@ -4,7 +4,8 @@ The contract is runtime-semantics §17.
 
 It reuses the pairing and estimator of ``_gate`` on a candidate pool: each current chunk is a slot
 showing absent, its old version or one rewrite (mutually exclusive), each ``ADD`` a singleton slot;
-rewrite winners keep their target's id in the next active bank.
+rewrite winners keep their target's id in the next active bank. The winners then go through the
+gates' K rule and selection rules (``_gate.top_k``, ``SELECTION_RULES``), the same code as Gate A's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from shopsimrl_core._versions import (
 )
 from shopsimrl_core.documents._skills import CandidatePool, OnlineAssignments
 from shopsimrl_core.skills._gate import (
+    SELECTION_RULES,
     BareBaseline,
     GateAResult,
     GateDecision,
@@ -37,10 +39,13 @@ from shopsimrl_core.skills._gate import (
     finish_gate,
     load_gate_config,
     mask_draw,
+    noise_exclusions,
     preflight_bare_run,
+    require_selection_rule,
     resume_assignments,
     run_masked,
     run_summary,
+    top_k,
 )
 from shopsimrl_core.skills._pool import build_candidate_pool, online_slots, validate_pool
 
@@ -145,12 +150,21 @@ class OnlineAssignedSkills(_AssignedSkills):
 
 
 def select_online(
-    coefficients: dict[str, float], pool: dict[str, Any], slots: Sequence[dict[str, Any]], budget: int
+    coefficients: dict[str, float],
+    pool: dict[str, Any],
+    slots: Sequence[dict[str, Any]],
+    budget: int,
+    *,
+    within_noise: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
-    """Selection with ADD and REWRITE (runtime-semantics §17.3): rewrite winners, then strictly positive top K.
+    """Selection with ADD and REWRITE (runtime-semantics §17.3): rewrite winners, then the gates' K rule.
 
-    Returns ``{"status", "rank", "winners", "selected" (ordered by (order, logical id)), "logical",
-    "order"}`` keyed by intervention id.
+    Rewrite winners are the family argmax of β (old version on ties) under every rule. Among the
+    survivors the K rule is ``_gate.top_k``: β > 0 strictly, top *budget*; with *within_noise* (the
+    ``above_noise`` rule) a survivor marked there is not eligible, and a candidate so left out gets the
+    status ``within_noise`` (a current chunk left out is ``retired``, as under ``published``). Returns
+    ``{"status", "rank", "winners", "selected" (ordered by (order, logical id)), "logical", "order"}``
+    keyed by intervention id.
     """
     candidates = {c["candidate_id"]: c for c in pool["candidates"]}
     current_ids = [s["skill_id"] for s in pool["current_skills"]]
@@ -180,14 +194,17 @@ def select_online(
                 status[v] = "rewrite_loser"
     ranked = sorted(survivors, key=lambda v: (-coefficients[v], v))
     rank = {v: i for i, v in enumerate(ranked, start=1)}
-    chosen = [v for v in ranked if coefficients[v] > 0][:budget]
+    noisy = within_noise or {}
+    chosen = top_k(ranked, coefficients, budget, noisy)
     for v in survivors:
         if v in chosen:
             status[v] = "selected"
         elif v in current_ids:
             status[v] = "retired"
+        elif coefficients[v] <= 0:
+            status[v] = "non_positive"
         else:
-            status[v] = "non_positive" if coefficients[v] <= 0 else "budget_excluded"
+            status[v] = "within_noise" if noisy.get(v, False) else "budget_excluded"
     selected = sorted(chosen, key=lambda v: (order[v], logical[v]))
     return {
         "status": status,
@@ -213,6 +230,8 @@ class OnlineGateConfig:
     bootstrap_seed: int = 20260901
     confidence_level: float = 0.95
     name: str = "trace2skill-online-gate"
+    selection_rule: str = "published"
+    """``published`` (§17.3) or ``above_noise``: Gate A's rules (``_gate.SELECTION_RULES``), after the rewrite step."""
 
 
 def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None, **run_kwargs: Any) -> GateAResult:
@@ -236,6 +255,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
         )
     if settings.active_skill_budget < 1:
         raise _gate_error("online_gate.active_skill_budget must be >= 1", code="gate-config")
+    require_selection_rule(settings.selection_rule, "online_gate.selection_rule")
     pool = _load_json(Path(settings.candidate_pool_path), "candidate pool", CandidatePool)
     validate_pool(pool, str(settings.candidate_pool_path))
     plan = build_plan(config)
@@ -271,7 +291,7 @@ def run_online_gate(settings: OnlineGateConfig, *, runner: Runner | None = None,
             "split": "val",
             "masking": "uniform_absent_or_one_version_per_logical_slot",
             "rewrite_treatment": "mutually_exclusive_absent_old_new",
-            "selection": "replacement_winner_then_strictly_positive_top_k",
+            "selection": f"replacement_winner_then_{SELECTION_RULES[settings.selection_rule]}",
             "estimator": PAIRED_ESTIMATOR_NAME,
             "formula": PAIRED_ESTIMATOR_FORMULA,
         },
@@ -321,7 +341,8 @@ def _decide(
     assignment_sha = assignments["assignment_sha256"]
     coefficients = estimates["reward"]["coefficients"]
     intervals = estimates["reward"].get("confidence_intervals", {})
-    choice = select_online(coefficients, pool, assignments["slots"], settings.active_skill_budget)
+    noise = noise_exclusions(estimates["reward"], settings.selection_rule, "online_gate.selection_rule")
+    choice = select_online(coefficients, pool, assignments["slots"], settings.active_skill_budget, within_noise=noise)
     candidates = {c["candidate_id"]: c for c in pool["candidates"]}
     current = {s["skill_id"]: s for s in pool["current_skills"]}
     aux = [m for m in estimates if m != "reward"]
@@ -348,7 +369,7 @@ def _decide(
         "baseline": "same_task_bare_validation",
         "primary_outcome": "reward",
         "rewrite_rule": "mutually_exclusive_family_argmax_old_on_tie",
-        "selection_rule": "rewrite_winners_then_strictly_positive_top_k",
+        "selection_rule": f"rewrite_winners_then_{SELECTION_RULES[settings.selection_rule]}",
         "numerical_zero_tolerance": 1e-12,
     }
     contrib_doc = {

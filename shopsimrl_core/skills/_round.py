@@ -43,6 +43,8 @@ class RoundConfig:
     mask_seed: int = 20260901
     active_skill_budget: int = 10
     bootstrap_samples: int = 1000
+    selection_rule: str = "published"
+    """The online gate's selection rule: ``published`` or ``above_noise`` (docs/statistics.md)."""
     curriculum: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``build_curriculum`` (``seed``, ``skill_free_probability``, ``rho_min`` …)."""
 
@@ -101,7 +103,8 @@ def run_round_gate(cfg: RoundConfig, *, runner: Any = None, **run_kwargs: Any) -
                                             experiment_config=cfg.experiment_config,
                                             bare_run_dir=cfg.bare_run_dir, candidate_pool_path=pool_path,
                                             mask_seed=cfg.mask_seed, active_skill_budget=cfg.active_skill_budget,
-                                            bootstrap_samples=cfg.bootstrap_samples), runner=runner, **run_kwargs)
+                                            bootstrap_samples=cfg.bootstrap_samples,
+                                            selection_rule=cfg.selection_rule), runner=runner, **run_kwargs)
     return RoundResult(gate.status, pool_path, pool["pool_sha256"], gate)
 
 

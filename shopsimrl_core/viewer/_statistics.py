@@ -7,8 +7,8 @@ are computed there, once per state of the run, and cached); the checkpoint compa
 the core's comparison document of the two runs when one is stored next to run B (what the Dagster
 ``checkpoint_comparison`` asset or ``shopsimrl compare --output`` wrote), and otherwise asks the
 core's ``compare_runs`` for it, in memory (the viewer writes nothing), for runs of a bounded size.
-The SkillBank page reads the Gate A ``contributions.json`` that selected the bank (same
-``assignment_sha256``) for each chunk's noise verdict.
+The SkillBank page reads the ``contributions.json`` of the gate (Gate A or an online gate) that
+selected the bank (same ``assignment_sha256``) for the rule in use and each chunk's noise verdict.
 """
 
 from __future__ import annotations
@@ -296,15 +296,38 @@ def _computed(a: RunRef, b: RunRef) -> dict[str, Any]:
     return view
 
 
+def _gate_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each contribution row's verdict, keyed by the bank's ``skill_id`` where the row became a skill.
+
+    Gate A rows are chunks (``chunk_id``); online rows are interventions, and a selected one becomes the
+    skill of its ``logical_chunk_id`` (a winning rewrite keeps its target's id).
+    """
+    chunks: dict[str, dict[str, Any]] = {}
+    for c in doc.get("contributions") or []:
+        if not isinstance(c, dict):
+            continue
+        verdict = {"within_noise": c.get("within_noise"), "adjusted_p": c.get("adjusted_p_value"),
+                   "status": c.get("status")}
+        if "intervention_id" in c:
+            if c.get("status") == "selected":
+                chunks[str(c.get("logical_chunk_id"))] = verdict
+            chunks.setdefault(str(c.get("intervention_id")), verdict)
+        else:
+            chunks[str(c.get("chunk_id"))] = verdict
+    return chunks
+
+
 def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[str, Any] | None:
-    """The Gate A run that selected *bank*: selection rule, noise bar and each chunk's verdict.
+    """The gate run that selected *bank* (Gate A or an online gate): rule in use, noise bar, each chunk's verdict.
 
     The bank records its gate's ``assignment_sha256``; the ``contributions.json`` with the same one is
-    looked for next to the bank, then in ``gate-a/*/`` of each root (where the pipeline keeps Gate A
-    runs; a snapshot under ``skillbanks/`` finds its gate there). None for a bank no gate selected;
-    ``chunks`` is empty when the gate's document is not under the roots.
+    looked for next to the bank and in its ``online_gate/``, then in ``gate-a/*/`` and
+    ``rounds/*/online_gate/`` of each root (where the pipeline keeps Gate A runs and training rounds; a
+    snapshot under ``skillbanks/`` finds its gate there). ``gate`` names the kind (``Gate A``, or
+    ``online gate`` for a bank with a ``pool_sha256``). None for a bank no gate selected; ``chunks`` is
+    empty when the gate's document is not under the roots.
     """
-    from shopsimrl_core.documents import ChunkContributions, DocumentError
+    from shopsimrl_core.documents import ChunkContributions, DocumentError, OnlineContributions
     from shopsimrl_core.viewer._data import read_json
 
     metadata = json_object(bank.get("metadata"))
@@ -312,11 +335,15 @@ def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[
     estimator = json_object(metadata.get("estimator"))
     if not isinstance(assignment, str):
         return None
-    view: dict[str, Any] = {"selection_rule": estimator.get("selection_rule"), "noise_bar": None,
+    online = isinstance(metadata.get("pool_sha256"), str)
+    model: Any = OnlineContributions if online else ChunkContributions
+    view: dict[str, Any] = {"gate": "online gate" if online else "Gate A",
+                            "selection_rule": estimator.get("selection_rule"), "noise_bar": None,
                             "source": None, "chunks": {}}
-    candidates = [bank_path.parent / "contributions.json"]
+    candidates = [bank_path.parent / "contributions.json", bank_path.parent / "online_gate" / "contributions.json"]
     for root in roots:
-        candidates += sorted((root / "gate-a").glob("*/contributions.json"))[:_MAX_GATES]
+        pattern = "rounds/*/online_gate/contributions.json" if online else "gate-a/*/contributions.json"
+        candidates += sorted(root.glob(pattern))[:_MAX_GATES]
     for path in candidates:
         try:
             real = path.resolve(strict=True)
@@ -329,7 +356,7 @@ def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[
         if not isinstance(raw, dict) or raw.get("assignment_sha256") != assignment:
             continue
         try:
-            doc = ChunkContributions.parse(raw, str(path)).to_json()
+            doc = model.parse(raw, str(path)).to_json()
         except DocumentError:
             continue
         reward = json_object(json_object(doc.get("estimates")).get("reward"))
@@ -338,15 +365,7 @@ def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[
             source=real.relative_to(inside).as_posix(),
             selection_rule=json_object(doc.get("estimator")).get("selection_rule", view["selection_rule"]),
             noise_bar=bar.get("noise_bar"),
-            chunks={
-                str(c.get("chunk_id")): {
-                    "within_noise": c.get("within_noise"),
-                    "adjusted_p": c.get("adjusted_p_value"),
-                    "status": c.get("status"),
-                }
-                for c in doc.get("contributions") or []
-                if isinstance(c, dict)
-            },
+            chunks=_gate_rows(doc),
         )
         break
     return view

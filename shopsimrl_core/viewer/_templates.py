@@ -220,10 +220,10 @@ _SKILLBANK = """{% extends "base" %}{% import "macros" as m %}
 {% block body %}
 <h1>SkillBank <code>{{ path }}</code></h1>
 <p>bank_version {{ bank_version }} · {{ skills|length }} skill(s){% if run_rel %} · evidence links into <a href="{{ run_href }}">{{ run_rel }}</a>{% endif %}</p>
-{% if gate %}<p id="gate">Gate A selection rule <code>{{ gate.selection_rule or '–' }}</code>{% if gate.source %} · sign-flip noise bar {{ m.fixed(gate.noise_bar, 4) }} (the largest |β| no effect produces, 95%) · from <code>{{ gate.source }}</code>{% else %} · <span class="muted">the Gate A contributions of this bank are not under the roots: no noise verdicts</span>{% endif %}</p>{% endif %}
+{% if gate %}<p id="gate">{{ gate.gate }} selection rule <code>{{ gate.selection_rule or '–' }}</code>{% if gate.source %} · sign-flip noise bar {{ m.fixed(gate.noise_bar, 4) }} (the largest |β| no effect produces, 95%) · from <code>{{ gate.source }}</code>{% else %} · <span class="muted">the {{ gate.gate }} contributions of this bank are not under the roots: no noise verdicts</span>{% endif %}</p>{% endif %}
 {% for s in skills %}<div class="step" id="skill-{{ loop.index }}"><h3>{{ s.skill_id }} <span class="muted">{{ s.version }}</span>{% if not s.enabled %} <span class="bad">disabled</span>{% endif %}
 {% if s.noise and s.noise.within_noise %} <span class="tag bad within-noise" title="|β| is at most the noise bar: indistinguishable from no effect">within noise</span>{% elif s.noise and s.noise.within_noise is false %} <span class="tag ok above-noise">above noise bar</span>{% endif %}</h3>
-{% if s.effect is number %}<p class="gate-estimate">Gate A β {{ m.signed(s.effect, 4) }} {{ m.ci(s.low, s.high, 4, True) }}{% if s.noise and s.noise.adjusted_p is number %} · adjusted p {{ m.fixed(s.noise.adjusted_p, 3) }}{% endif %}</p>{% endif %}
+{% if s.effect is number %}<p class="gate-estimate">{{ gate.gate if gate else 'gate' }} β {{ m.signed(s.effect, 4) }} {{ m.ci(s.low, s.high, 4, True) }}{% if s.noise and s.noise.adjusted_p is number %} · adjusted p {{ m.fixed(s.noise.adjusted_p, 3) }}{% endif %}</p>{% endif %}
 {{ m.pre(s.content) }}
 {% if s.evidence %}<p>evidence episodes:</p><ul>{% for e in s.evidence %}<li>{% if e.href %}<a href="{{ e.href }}">{{ e.episode_id }}</a>{% else %}{{ e.episode_id }}{% endif %}
 {% if e.step_index %} step {{ e.step_index }}{% endif %} {% if e.role %}<span class="tag">{{ e.role }}</span>{% endif %} {{ e.label or '' }}</li>{% endfor %}</ul>

@@ -30,6 +30,7 @@ from .assets import suite_asset_key
 from .failures import as_failure
 from .optional import optional_asset
 from .resources import RunStorage, unavailable
+from .skill_tables import noise_metadata
 
 __all__ = ["AnalystEndpoint", "RoundAssetConfig", "build_research_assets", "build_research_jobs", "training_rounds",
            "RESEARCH_ASSET_KEYS"]
@@ -127,6 +128,8 @@ class RoundAssetConfig(dg.Config):
     max_candidates: int = 6
     mask_seed: int = 20260901
     active_skill_budget: int = 10
+    selection_rule: str = "published"
+    """The online gate's selection rule: ``published`` (§17.3) or ``above_noise`` (docs/statistics.md)."""
     skill_free_probability: float = 0.2
     rho_min: float = 0.2
     rho_max: float = 0.9
@@ -183,6 +186,7 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
                            bare_run_dir=_path(run_storage, cfg.bare_run_dir),
                            proposal_checkpoint=cfg.proposal_checkpoint, max_candidates=cfg.max_candidates,
                            mask_seed=cfg.mask_seed, active_skill_budget=cfg.active_skill_budget,
+                           selection_rule=cfg.selection_rule,
                            curriculum={"seed": cfg.curriculum_seed,
                                        "skill_free_probability": cfg.skill_free_probability,
                                        "rho_min": cfg.rho_min, "rho_max": cfg.rho_max})
@@ -212,6 +216,8 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
             "status": result.status, "pool_sha256": result.pool_sha256,
             "selected": list(result.gate.selected_chunk_ids or []),
             "replacement_winners": dg.MetadataValue.json(contributions.get("replacement_winners") or {}),
+            # the rule in use and the noise verdicts, as skill_gate shows Gate A's
+            **(noise_metadata(contributions) if contributions else {}),
             "manifest": dg.MetadataValue.path(str(result.gate.manifest_path or ""))})
 
     @optional_asset(BANK, name="round_selected_bank", deps=[GATE], group=_GROUP, partitions_def=training_rounds,

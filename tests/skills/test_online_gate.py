@@ -91,3 +91,109 @@ def test_online_gate_end_to_end_with_rewrite_winner(tmp_path):
     ledger = [json.loads(line) for line in (tmp_path / "online" / "proposal_ledger.jsonl").read_text().splitlines()]
     assert [(r["candidate_id"], r["validation_result"]) for r in ledger] == [("cand-001", "selected"),
                                                                            ("cand-002", "selected")]
+
+
+def _null_online_gate(rng, pool, tasks: int, mask_seed: int) -> tuple[list, list, dict]:
+    """Masks of the online design (absent / old / rewrite per slot) and paired deltas where no
+    intervention does anything: treated and bare are two draws of the task's success probability."""
+    doc = build_online_assignments([EpisodeJob(t, 0, t, "val") for t in range(tasks)], pool, mask_seed=mask_seed)
+    p_task = rng.beta(0.6, 0.7, size=tasks)
+    deltas = [float(rng.random() < p) - float(rng.random() < p) for p in p_task]
+    return [a["mask"] for a in doc["assignments"]], deltas, doc
+
+
+def test_on_null_candidates_the_controlling_rule_keeps_its_nominal_share_and_published_does_not():
+    # 200 simulated online gates (60 tasks, the pool's 4 columns: a rewrite slot, a kept chunk, an ADD)
+    # where nothing has an effect. published keeps every positive survivor (about half); above_noise
+    # selects any no-effect intervention in at most ~5 % of gates (family-wise, the max-|β| bar).
+    import numpy as np
+
+    from shopsimrl_core.analysis._ols import fit_no_intercept_ols, sign_flip_noise_bar
+
+    pool = online_pool()
+    slots = online_slots(pool)
+    rng = np.random.default_rng(17)
+    gates_with_any = published_selected = survivors_seen = 0
+    for g in range(200):
+        design, deltas, doc = _null_online_gate(rng, pool, 60, mask_seed=g)
+        beta = dict(zip(doc["columns"], fit_no_intercept_ols(design, deltas)))
+        bar = sign_flip_noise_bar(design, deltas, list(beta.values()), metric=f"online-{g}", samples=400)["noise_bar"]
+        within = {c: abs(b) <= bar for c, b in beta.items()}
+        published = select_online(beta, pool, slots, 10)
+        controlled = select_online(beta, pool, slots, 10, within_noise=within)
+        published_selected += len(published["selected"])
+        survivors_seen += len(published["rank"])
+        gates_with_any += bool(controlled["selected"])
+        assert set(controlled["selected"]) <= set(published["selected"])
+        for v in controlled["rank"]:
+            if v not in controlled["selected"] and within[v] and beta[v] > 0 and v.startswith("cand-"):
+                assert controlled["status"][v] == "within_noise"
+    assert 0.35 <= published_selected / survivors_seen <= 0.65
+    assert gates_with_any / 200 <= 0.08  # nominal 5 %
+
+
+def test_published_stays_the_default_and_is_the_spec_rule():
+    # §17.3 written out: rewrite winner per family (old on ties), then β > 0 strictly, top K, by (order, id).
+    import random
+
+    pool = online_pool()
+    slots = online_slots(pool)
+    order = {"chunk-a": 1, "cand-001": 1, "chunk-b": 2, "cand-002": 3}
+    logical = {"chunk-a": "chunk-a", "cand-001": "chunk-a", "chunk-b": "chunk-b", "cand-002": "cand-002"}
+    rng = random.Random(3)
+    for _ in range(300):
+        beta = {v: rng.choice([-0.2, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3]) for v in order}
+        budget = rng.randint(1, 4)
+        winner = "chunk-a" if beta["chunk-a"] >= beta["cand-001"] else "cand-001"
+        survivors = sorted([winner, "chunk-b", "cand-002"], key=lambda v: (-beta[v], v))
+        expected = sorted([v for v in survivors if beta[v] > 0][:budget], key=lambda v: (order[v], logical[v]))
+        default = select_online(beta, pool, slots, budget)
+        assert default["selected"] == expected
+        assert select_online(beta, pool, slots, budget, within_noise={v: False for v in beta}) == default
+    assert OnlineGateConfig.__dataclass_fields__["selection_rule"].default == "published"
+
+
+def test_online_gate_records_the_rule_and_marks_noise_level_interventions(tmp_path):
+    split = write_split(tmp_path / "splits.json")
+    cfg = write_config(tmp_path / "bare.yaml", split)
+    bare = make_bare_run(cfg)
+    pool_path = write_json_atomic(tmp_path / "pool.json", online_pool())
+    runner = EffectRunner({"chunk-a": 0.1, "cand-001": 0.4, "chunk-b": -0.1, "cand-002": 0.02})
+    documents = {}
+    for rule in ("published", "above_noise"):
+        result = run_online_gate(OnlineGateConfig(output_dir=tmp_path / rule, experiment_config=cfg, bare_run_dir=bare,
+                                                  candidate_pool_path=pool_path, bootstrap_samples=50,
+                                                  selection_rule=rule), runner=runner)
+        assert result.status == "complete"
+        doc = result.contributions
+        documents[rule] = doc
+        rows = {c["intervention_id"]: c for c in doc["contributions"]}
+        bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
+        assert all(c["within_noise"] is (abs(c["coefficient"]) <= bar) for c in rows.values())
+        manifest = json.loads((tmp_path / rule / "online_gate_manifest.json").read_text())
+        bank = json.loads(result.selected_skillbank_path.read_text())
+        name = {"published": "strictly_positive_top_k", "above_noise": "above_noise_bar_top_k"}[rule]
+        assert doc["estimator"]["selection_rule"] == f"rewrite_winners_then_{name}"
+        assert bank["metadata"]["estimator"]["selection_rule"] == f"rewrite_winners_then_{name}"
+        assert manifest["protocol"]["selection"] == f"replacement_winner_then_{name}"
+    published, controlled = documents["published"], documents["above_noise"]
+    assert published["selected_intervention_ids"] == ["cand-001", "cand-002"]  # β 0.02 > 0 is kept by published
+    rows = {c["intervention_id"]: c for c in controlled["contributions"]}
+    assert rows["cand-002"]["within_noise"] is True and rows["cand-002"]["status"] == "within_noise"
+    assert controlled["selected_intervention_ids"] == ["cand-001"]
+    ledger_text = (tmp_path / "above_noise" / "proposal_ledger.jsonl").read_text()
+    ledger = [json.loads(line) for line in ledger_text.splitlines()]
+    assert {r["candidate_id"]: r["validation_result"] for r in ledger} == {"cand-001": "selected",
+                                                                         "cand-002": "within_noise"}
+
+
+def test_online_gate_refuses_an_unknown_rule(tmp_path):
+    split = write_split(tmp_path / "splits.json")
+    cfg = write_config(tmp_path / "bare.yaml", split)
+    bare = make_bare_run(cfg)
+    pool_path = write_json_atomic(tmp_path / "pool.json", online_pool())
+    with pytest.raises(SkillError, match="online_gate.selection_rule must be one of published, above_noise"):
+        run_online_gate(OnlineGateConfig(output_dir=tmp_path / "g", experiment_config=cfg, bare_run_dir=bare,
+                                         candidate_pool_path=pool_path, selection_rule="best"),
+                        runner=EffectRunner({}))
+    assert not (tmp_path / "g").exists()

@@ -191,3 +191,46 @@ def test_skillbank_page_marks_the_chunks_within_noise(tmp_path: Path, viewer_for
         assert f"adjusted p {row['adjusted_p_value']:.3f}" in text
         assert ("within noise" if row["within_noise"] else "above noise bar") in text
     assert rows["chunk-000000000002"]["within_noise"] is True and rows["chunk-000000000000"]["within_noise"] is False
+
+
+def test_skillbank_page_of_an_online_round_shows_its_rule_and_noise_verdicts(tmp_path: Path, viewer_for) -> None:
+    """A bank frozen from an online gate shows the rule in use where Gate A's is, and each skill's verdict."""
+    from testkit.gatekit import EffectRunner, make_bare_run, online_pool, write_config, write_split
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    cfg = write_config(inputs / "bare.yaml", write_split(inputs / "splits.json"))
+    bare = make_bare_run(cfg)
+    pool_path = core.write_json_atomic(inputs / "pool.json", online_pool())
+    root = tmp_path / "runs"
+    runner = EffectRunner({"chunk-a": 0.1, "cand-001": 0.4, "chunk-b": -0.1, "cand-002": 0.02})
+    _run(root, "ckpt-a", tasks=2, repeats=1)
+    base = viewer_for([root]).base_url
+    for rule, name in (("published", "strictly_positive_top_k"), ("above_noise", "above_noise_bar_top_k")):
+        round_dir = root / "rounds" / f"round-{rule}"
+        result = core.run_online_gate(
+            core.OnlineGateConfig(output_dir=round_dir / "online_gate", experiment_config=cfg, bare_run_dir=bare,
+                                  candidate_pool_path=pool_path, bootstrap_samples=50, selection_rule=rule),
+            runner=runner,
+        )
+        assert result.contributions is not None
+        snap = core.freeze_round_bank(round_dir)
+        bar = result.contributions["estimates"]["reward"]["noise_bar"]["noise_bar"]
+        rows = {c["intervention_id"]: c for c in result.contributions["contributions"]}
+        page = _get(base, "/skillbank", path=snap.path.relative_to(root).as_posix())
+        assert _text(page, "gate") == (
+            f"online gate selection rule rewrite_winners_then_{name} · sign-flip noise bar {bar:.4f} (the largest "
+            f"|β| no effect produces, 95%) · from rounds/round-{rule}/online_gate/contributions.json"
+        )
+        shown = {}
+        for number, skill in enumerate(snap.skill_ids, start=1):
+            block = page[page.index(f'id="skill-{number}"') :]
+            shown[skill] = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", block[: block.index("<pre>")])))
+        # the rewrite cand-001 won chunk-a's slot and keeps its id; cand-002 (β 0.02) is within noise
+        assert rows["cand-001"]["within_noise"] is False and rows["cand-002"]["within_noise"] is True
+        assert "above noise bar" in shown["chunk-a"] and "online gate β +0.4000" in shown["chunk-a"]
+        assert f"adjusted p {rows['cand-001']['adjusted_p_value']:.3f}" in shown["chunk-a"]
+        if rule == "published":
+            assert "within noise" in shown["cand-002"]  # selected by β > 0, marked on the page
+        else:
+            assert list(shown) == ["chunk-a"]  # the controlling rule left it out
