@@ -117,6 +117,15 @@ class ViewerRoots:
                 self._listing = _Listing.scan(self._roots)
             return list(self._listing.runs)
 
+    def known_runs(self) -> list[RunRef]:
+        """The run directories as last listed, without checking for changes (scanned if never listed).
+
+        For what may be a little stale — the "same task in" links of an episode page — so that such a
+        page never waits for a rescan another request started.
+        """
+        listing = self._listing
+        return list(listing.runs) if listing is not None else self.runs()
+
 
 class _Listing:
     """One scan of the roots: the run directories found and the folders that lead to them.
@@ -157,9 +166,10 @@ class _Listing:
             if only is not None:
                 found.setdefault(only, RunRef(root, only, (root / only).resolve()))
                 continue
-            stack: list[tuple[Path, int]] = [(root, 0)]
+            # Plain strings, not Paths, while walking: ten thousand run folders are a pathlib hot spot.
+            stack: list[tuple[str, str, int]] = [(str(root), "", 0)]
             while stack:
-                here, depth = stack.pop()
+                here, rel, depth = stack.pop()
                 try:
                     stamp = os.stat(here).st_mtime_ns  # before listing: a later change moves it past this
                     with os.scandir(here) as listing:
@@ -167,17 +177,16 @@ class _Listing:
                 except OSError:
                     continue
                 # The marker test of is_run_dir, from the listing already read (is_file follows links).
-                if here != root and any(e.name in _MARKERS and e.is_file() for e in entries):
-                    rel = here.relative_to(root).as_posix()
-                    found.setdefault(rel, RunRef(root, rel, here))
+                if rel and any(e.name in _MARKERS and e.is_file() for e in entries):
+                    found.setdefault(rel, RunRef(root, rel, Path(here)))
                     continue
-                stamps[str(here)] = stamp
+                stamps[here] = stamp
                 if depth >= _MAX_DEPTH:
                     continue
                 for entry in entries:
                     name = entry.name
                     if name in _SKIP_DIRS or name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                         continue  # a symlinked folder is never walked into (it may point out of the root)
-                    stack.append((here / name, depth + 1))
+                    stack.append((entry.path, f"{rel}/{name}" if rel else name, depth + 1))
         racy = any(stamp >= started - cls._RACY_NS for stamp in stamps.values())
         return cls([found[k] for k in sorted(found)], stamps, racy)
