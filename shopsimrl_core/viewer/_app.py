@@ -338,7 +338,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
         compare_links: list[dict[str, str]] = []
         task_id = job.get("task_id")
         if task_id is not None:
-            for other in viewer_roots.runs():
+            for other in viewer_roots.known_runs():  # links only: a listing being rescanned is not waited for
                 if len(compare_links) >= _COMPARE_LINKS:
                     break
                 if other.rel != run.rel:
