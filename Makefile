@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into ./.venv first.
-.PHONY: demo test test-fast lint check ui bench setup test-real-model test-published
+.PHONY: demo test test-fast test-loaded lint check ui bench setup test-real-model test-published
 
 # Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env) in the environment of every
 # target, so each daemon, webserver and `dagster dev` it starts has them; a value already set wins.
@@ -25,6 +25,10 @@ check:
 	@.venv/bin/ruff check shopsimrl_core shopsimrl_dagster shopsim_sandbox tests benchmarks scripts
 	@.venv/bin/mypy
 	@.venv/bin/dg check defs >/dev/null && echo "dg check defs: definitions load"
+
+## `make test` while a busy loop per core keeps the machine loaded (how CI's suite is checked under load).
+test-loaded:
+	@scripts/under-load.sh -- $(MAKE) --no-print-directory test
 
 ## Unit and integration tests without the browser/webserver tests and the slow ones (≤ 3 min).
 test-fast: setup
