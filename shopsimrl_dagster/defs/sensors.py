@@ -4,12 +4,19 @@
   tick reads the registry folder, adds the checkpoints that are not partitions yet, and requests one
   ``evaluate_<suite>`` run per (checkpoint, suite) of ``automation.new_checkpoint_suites``. The run
   key ``<checkpoint_id>:<suite>`` makes a request idempotent. A bad registry file is skipped and
-  named (with the fix) in the tick's log, while the other files register.
+  named (with the fix) in the tick's log, while the other files register. A request is never lost
+  to a run that failed before any step started (a launch the code server did not answer, a run
+  worker that died starting): once Dagster's run retries have given up on it, the sensor requests
+  it again under ``<checkpoint_id>:<suite>:attempt-<n>``, up to ``MAX_REQUEST_ATTEMPTS`` requests,
+  with a warning line in the tick's log (:func:`requests_to_renew`).
 - ``progress_sensor``: after a successful ``evaluate_<suite>`` run, charts that suite's progress
   (``<suite>/progress``, ``<suite>/best_checkpoint``) so the chart follows every new evaluation, and
   catches up the comparison of the next checkpoint when it was evaluated first (a backfill runs
   checkpoints side by side: a later checkpoint whose baseline had no summary yet got no comparison).
 """
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -21,18 +28,101 @@ from .jobs import evaluation_job_name, evaluation_jobs
 from .partitions import CHECKPOINTS, checkpoints
 from .resources import CheckpointRegistry
 
-__all__ = ["run_key", "build_registry_sensor", "build_progress_sensor", "comparisons_to_catch_up"]
+__all__ = [
+    "MAX_REQUEST_ATTEMPTS",
+    "REGISTRY_TRIGGER",
+    "Renewal",
+    "run_key",
+    "requests_to_renew",
+    "build_registry_sensor",
+    "build_progress_sensor",
+    "comparisons_to_catch_up",
+]
+
+MAX_REQUEST_ATTEMPTS = 3
+"""Requests the registry sensor makes at most for one (checkpoint, suite): the first and two renewals."""
+REGISTRY_TRIGGER = "registry-sensor"
+"""The ``shopsimrl/trigger`` value of the registry sensor's runs (Dagster's retries of them inherit it)."""
+_RUN_KEY_TAG, _PARTITION_TAG = "dagster/run_key", "dagster/partition"
+_RECENT_FAILURES = 200  # failed runs of the sensor looked at per tick, newest first
 
 
-def run_key(checkpoint_id: str, suite: str) -> str:
-    """The idempotency key of one evaluation request."""
-    return f"{checkpoint_id}:{suite}"
+def run_key(checkpoint_id: str, suite: str, attempt: int = 1) -> str:
+    """The idempotency key of one evaluation request (``:attempt-<n>`` from the second request on)."""
+    key = f"{checkpoint_id}:{suite}"
+    return key if attempt <= 1 else f"{key}:attempt-{attempt}"
+
+
+def _attempt_of(key: str | None) -> int:
+    tail = key.rsplit(":attempt-", 1)[1] if key and ":attempt-" in key else ""
+    return int(tail) if tail.isdigit() else 1
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """One request of the registry sensor to make again: its run failed before any step started."""
+
+    checkpoint_id: str
+    suite: str
+    attempt: int
+    failed_run_id: str
+
+
+def requests_to_renew(
+    instance: dg.DagsterInstance,
+    checkpoint_ids: Collection[str],
+    suite_by_job: Mapping[str, str],
+    max_attempts: int = MAX_REQUEST_ATTEMPTS,
+) -> tuple[list[Renewal], list[str]]:
+    """The sensor's requests whose evaluation is lost, to request again; and those given up on (one line each).
+
+    A (checkpoint, suite) is renewed when the newest run of its ``evaluate_<suite>`` partition (any
+    trigger: a backfill or a human re-execution that started after it counts) was requested by this
+    sensor, **failed before any of its steps started**, and Dagster will not retry it (run retries
+    off, exhausted, or their own launch failed); then with the next attempt number, until
+    *max_attempts* requests were made. A run that failed in a step (a real failure, retried by the
+    step's policy), a canceled run (a human's decision) and checkpoints no longer in the registry
+    are left alone.
+    """
+    failed = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags={TRIGGER_TAG: REGISTRY_TRIGGER}),
+        limit=_RECENT_FAILURES,
+    )
+    renewals: list[Renewal] = []
+    given_up: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for run in failed:
+        checkpoint_id, suite = run.tags.get(_PARTITION_TAG, ""), suite_by_job.get(run.job_name)
+        if suite is None or checkpoint_id not in checkpoint_ids or (checkpoint_id, suite) in seen:
+            continue
+        seen.add((checkpoint_id, suite))
+        # Newest first: the partition's runs of this job, whoever launched them.
+        chain = instance.get_runs(filters=dg.RunsFilter(job_name=run.job_name, tags={_PARTITION_TAG: checkpoint_id}))
+        latest = chain[0]
+        if (
+            latest.status != dg.DagsterRunStatus.FAILURE
+            or latest.tags.get(TRIGGER_TAG) != REGISTRY_TRIGGER
+            or latest.is_complete_and_waiting_to_retry
+            or instance.all_logs(latest.run_id, of_type=dg.DagsterEventType.STEP_START)
+        ):
+            continue
+        ours = [r for r in chain if r.tags.get(TRIGGER_TAG) == REGISTRY_TRIGGER]
+        attempts = max(_attempt_of(r.tags.get(_RUN_KEY_TAG)) for r in ours)
+        if attempts >= max_attempts:
+            given_up.append(
+                f"{checkpoint_id} on {suite}: run {latest.run_id} failed before any step started; "
+                f"not requested again after {attempts} requests (launch it from the UI once the cause is fixed)"
+            )
+            continue
+        renewals.append(Renewal(checkpoint_id, suite, attempts + 1, latest.run_id))
+    return renewals, given_up
 
 
 def build_registry_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
     """The sensor for *settings* (suites and interval come from its ``automation`` block)."""
     suites = list(settings.automation.new_checkpoint_suites)
     jobs = evaluation_jobs(settings)
+    suite_by_job = {evaluation_job_name(suite): suite for suite in suites}
 
     @dg.sensor(
         name="checkpoint_registry_sensor",
@@ -52,24 +142,35 @@ def build_registry_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
             context.log.warning(line)
         known = set(context.instance.get_dynamic_partitions(CHECKPOINTS))
         new = [entry for entry in entries if entry.checkpoint_id not in known]
-        if not new:
+        steps = {entry.checkpoint_id: entry.step for entry in entries}
+        renewals, given_up = requests_to_renew(context.instance, known & set(steps), suite_by_job)
+        for renewal in renewals:
+            context.log.warning(
+                f"{renewal.checkpoint_id} on {renewal.suite}: run {renewal.failed_run_id} failed before any step "
+                f"started; requesting it again (request {renewal.attempt} of {MAX_REQUEST_ATTEMPTS})"
+            )
+        if not new and not renewals:
             skipped = f"; {len(problems)} bad file(s) skipped: {' | '.join(problems)}" if problems else ""
+            lost = f"; given up: {' | '.join(given_up)}" if given_up else ""
             return dg.SkipReason(
-                f"no new checkpoints in {checkpoint_registry.folder} ({len(entries)} registered){skipped}"
+                f"no new checkpoints in {checkpoint_registry.folder} ({len(entries)} registered){skipped}{lost}"
             )
-        requests = [
-            dg.RunRequest(
-                run_key=run_key(entry.checkpoint_id, suite),
+
+        def request(checkpoint_id: str, suite: str, attempt: int = 1) -> dg.RunRequest:
+            return dg.RunRequest(
+                run_key=run_key(checkpoint_id, suite, attempt),
                 job_name=evaluation_job_name(suite),
-                partition_key=entry.checkpoint_id,
-                tags={TRIGGER_TAG: "registry-sensor", "shopsimrl/checkpoint-step": str(entry.step)},
+                partition_key=checkpoint_id,
+                tags={TRIGGER_TAG: REGISTRY_TRIGGER, "shopsimrl/checkpoint-step": str(steps[checkpoint_id])},
             )
-            for entry in new
-            for suite in suites
-        ]
+
+        requests = [request(entry.checkpoint_id, suite) for entry in new for suite in suites]
+        requests += [request(r.checkpoint_id, r.suite, r.attempt) for r in renewals]
         return dg.SensorResult(
             run_requests=requests,
-            dynamic_partitions_requests=[checkpoints.build_add_request([entry.checkpoint_id for entry in new])],
+            dynamic_partitions_requests=(
+                [checkpoints.build_add_request([entry.checkpoint_id for entry in new])] if new else []
+            ),
         )
 
     return checkpoint_registry_sensor

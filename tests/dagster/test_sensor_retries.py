@@ -1,0 +1,220 @@
+"""The registry sensor never loses a request to a run that failed before any step started (issue 24).
+
+The sensor's bookkeeping on a real (temporary) instance with runs in the states it must tell apart; then
+the whole path with the real daemon: ``dagster dev`` whose run launcher fails the first two launches (the
+sensor's run and Dagster's own retry of it), and the checkpoint's partition ends materialized without a human.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import httpx
+import pytest
+import yaml
+
+from shopsimrl_dagster.defs.resources import CheckpointRegistry
+from shopsimrl_dagster.defs.sensors import MAX_REQUEST_ATTEMPTS, build_registry_sensor, requests_to_renew
+from shopsimrl_dagster.instance import prepare_dagster_home
+from shopsimrl_dagster.run_tags import TRIGGER_TAG
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, registry: CheckpointRegistry) -> Any:
+    with dg.build_sensor_context(instance=instance, resources={"checkpoint_registry": registry}) as context:
+        result = sensor(context)
+    if isinstance(result, dg.SensorResult):  # what the daemon does with it: register the partitions
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def _run(instance: dg.DagsterInstance, checkpoint_id: str, run_key: str | None, trigger: str | None = "registry-sensor",
+         job: str = "evaluate_val") -> dg.DagsterRun:
+    tags = {"dagster/partition": checkpoint_id}
+    tags.update({TRIGGER_TAG: trigger} if trigger else {})
+    tags.update({"dagster/run_key": run_key} if run_key else {})
+    return instance.create_run_for_job(dg.GraphDefinition(name=job).to_job(), tags=tags)
+
+
+def _fail_at_start(instance: dg.DagsterInstance, checkpoint_id: str, run_key: str,
+                   job: str = "evaluate_val") -> dg.DagsterRun:
+    run = _run(instance, checkpoint_id, run_key, job=job)
+    instance.report_run_failed(run, "injected: the launch failed")
+    return run
+
+
+def _fail_in_a_step(instance: dg.DagsterInstance, checkpoint_id: str, run_key: str) -> None:
+    @dg.op
+    def rollout() -> None:
+        raise RuntimeError("a real failure of the step")
+
+    @dg.job(name="evaluate_val")
+    def evaluate_val() -> None:
+        rollout()
+
+    result = evaluate_val.execute_in_process(
+        instance=instance, raise_on_error=False,
+        tags={"dagster/partition": checkpoint_id, TRIGGER_TAG: "registry-sensor", "dagster/run_key": run_key})
+    assert not result.success
+
+
+def test_a_request_whose_run_failed_before_any_step_is_renewed_a_bounded_number_of_times(
+        offline_settings, register, capfd) -> None:
+    sensor = build_registry_sensor(offline_settings)
+    registry = CheckpointRegistry(folder=str(offline_settings.checkpoint_registry))
+    register(offline_settings, "lost-step-000100", 100)
+    with dg.instance_for_test() as instance:
+        first = _tick(sensor, instance, registry)
+        assert [r.run_key for r in first.run_requests] == ["lost-step-000100:val"]
+        assert isinstance(_tick(sensor, instance, registry), dg.SkipReason)  # queued or running: nothing to do
+
+        failed = _fail_at_start(instance, "lost-step-000100", "lost-step-000100:val")
+        renewed = _tick(sensor, instance, registry)
+        assert [(r.run_key, r.partition_key, r.job_name) for r in renewed.run_requests] == [
+            ("lost-step-000100:val:attempt-2", "lost-step-000100", "evaluate_val")]
+        assert renewed.run_requests[0].tags[TRIGGER_TAG] == "registry-sensor"
+        assert renewed.run_requests[0].tags["shopsimrl/checkpoint-step"] == "100"
+        assert renewed.dynamic_partitions_requests == []
+        # The tick's log (what the UI shows for the tick) says which run was lost and which request this is.
+        line = next(line for line in capfd.readouterr().err.splitlines() if failed.run_id in line)
+        assert " - WARNING - " in line and "failed before any step started" in line
+        assert f"request 2 of {MAX_REQUEST_ATTEMPTS}" in line
+
+        for attempt in range(2, MAX_REQUEST_ATTEMPTS):
+            _fail_at_start(instance, "lost-step-000100", f"lost-step-000100:val:attempt-{attempt}")
+            again = _tick(sensor, instance, registry)
+            assert [r.run_key for r in again.run_requests] == [f"lost-step-000100:val:attempt-{attempt + 1}"]
+        last = _fail_at_start(instance, "lost-step-000100", f"lost-step-000100:val:attempt-{MAX_REQUEST_ATTEMPTS}")
+        done = _tick(sensor, instance, registry)
+        assert isinstance(done, dg.SkipReason)
+        assert last.run_id in (done.skip_message or "") and "not requested again" in (done.skip_message or "")
+
+
+def test_failures_in_a_step_retries_pending_later_runs_and_cancels_are_left_alone(offline_settings) -> None:
+    suite_by_job = {"evaluate_val": "val"}
+    with dg.instance_for_test() as instance:
+        _fail_in_a_step(instance, "stepped", "stepped:val")
+        _fail_at_start(instance, "backfilled", "backfilled:val")
+        _run(instance, "backfilled", None, trigger=None)  # a later run from a backfill: in flight
+        _fail_at_start(instance, "not-registered", "not-registered:val")
+        canceled = _run(instance, "canceled", "canceled:val")
+        instance.report_run_canceled(canceled)
+        _fail_at_start(instance, "other-suite", "other-suite:train", job="evaluate_train")  # not the sensor's suite
+        renewals, given_up = requests_to_renew(
+            instance, {"stepped", "backfilled", "canceled", "other-suite"}, suite_by_job)
+        assert renewals == [] and given_up == []
+
+    # With Dagster's run retries on, a failure Dagster is about to retry is Dagster's to handle.
+    with dg.instance_for_test(overrides={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+        waiting = _fail_at_start(instance, "retrying", "retrying:val")
+        assert instance.get_run_by_id(waiting.run_id).is_complete_and_waiting_to_retry  # type: ignore[union-attr]
+        assert requests_to_renew(instance, {"retrying"}, suite_by_job) == ([], [])
+
+
+# --------------------------------------------------------------------------------------------------
+# the real daemon
+# --------------------------------------------------------------------------------------------------
+
+
+def _gql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60,
+                          trust_env=False)
+    response.raise_for_status()
+    body = response.json()
+    assert "errors" not in body, body["errors"]
+    return body["data"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_the_daemon_ends_with_the_checkpoint_materialized_when_its_first_launches_fail(
+        tmp_path: Path, sandbox: Any, settings_writer, register) -> None:
+    from shopsimrl_dagster.settings import load_pipeline_settings
+
+    settings_path = settings_writer(tmp_path, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                                    served_model=sandbox.served_model, split_file=sandbox.split_file, val_sample=4)
+    document = yaml.safe_load(settings_path.read_text(encoding="utf-8"))
+    document["automation"].update(sensor_running=True, schedule_running=False, sensor_interval_s=5)
+    settings_path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    settings = load_pipeline_settings(settings_path)
+
+    # The project's instance, with a run launcher that fails its first two launches (flaky_launcher.py).
+    home = prepare_dagster_home(tmp_path / "home")
+    config = yaml.safe_load((home / "dagster.yaml").read_text(encoding="utf-8"))
+    config["run_launcher"] = {"module": "flaky_launcher", "class": "FlakyLaunchRunLauncher",
+                              "config": {"failures": 2}}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    port, log_path = _free_port(), tmp_path / "dagster-dev.log"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SHOPSIMRL_PIPELINE_CONFIG": str(settings_path),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml",
+                                    "-h", "127.0.0.1", "-p", str(port)], cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        # prepare_plans first (the evaluation checks its plan against job_plan), then register the checkpoint.
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            from shopsimrl_dagster.definitions import build_definitions
+
+            assert build_definitions(settings).resolve_job_def("prepare_plans").execute_in_process(
+                instance=instance).success
+        register(settings, "flaky-step-000100", 100)
+
+        # Deadline by progress: it moves whenever a new run appears or one changes state.
+        seen: dict[str, str] = {}
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            try:
+                data = _gql(url, """{ runsOrError(filter: {tags: [{key: "dagster/partition",
+                    value: "flaky-step-000100"}]}) { ... on Runs { results { runId status
+                    tags { key value } } } } }""")
+                runs = {r["runId"]: r for r in data["runsOrError"]["results"]}
+            except httpx.HTTPError:
+                runs = {}
+            now = {run_id: r["status"] for run_id, r in runs.items()}
+            if now != seen:
+                seen, deadline = now, time.monotonic() + 240
+            if any(status == "SUCCESS" for status in now.values()):
+                break
+            assert time.monotonic() < deadline, f"no progress for 240 s: {now}\n" + \
+                log_path.read_text(errors="replace")[-3000:]
+            time.sleep(1)
+
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            materialized = instance.get_materialized_partitions(dg.AssetKey(["val", "eval_summary"]))
+            records = [instance.get_run_by_id(run_id) for run_id in seen]
+        assert "flaky-step-000100" in materialized
+        by_key = {run.tags.get("dagster/run_key"): run for run in records if run is not None}
+        # The sensor's run failed at launch, Dagster retried it (same run key, a retry number) and that
+        # failed too; the sensor then requested it again, and that run evaluated the checkpoint.
+        failed = [run for run in records if run is not None and run.status == dg.DagsterRunStatus.FAILURE]
+        assert len(failed) == 2 and any(run.tags.get("dagster/retry_number") == "1" for run in failed), \
+            [(run.tags.get("dagster/run_key"), run.status) for run in records if run is not None]
+        assert by_key["flaky-step-000100:val:attempt-2"].status == dg.DagsterRunStatus.SUCCESS
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
