@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from shopsimrl_core._errors import ShopSimRLError
 from shopsimrl_core.cli._arg_types import non_negative, positive, probability
+from shopsimrl_core.cli._inputs import require_run_dir
 
 __all__ = ["main", "build_parser"]
 
@@ -181,30 +182,10 @@ def _notices_only(event: Any) -> None:
         sys.stderr.flush()
 
 
-def _require_run_dir(raw: str) -> Path:
-    """A path that holds a run (``manifest.json`` or ``traces.jsonl``), else a one-line refusal."""
-    run_dir = Path(raw)
-    if not run_dir.exists():
-        raise ShopSimRLError(
-            f"{run_dir}: no such run directory; pass the folder holding traces.jsonl", code="run-dir-missing"
-        )
-    if not run_dir.is_dir():
-        raise ShopSimRLError(
-            f"{run_dir}: not a directory; pass the run directory (the folder holding traces.jsonl)",
-            code="run-dir-missing",
-        )
-    if not (run_dir / "manifest.json").exists() and not (run_dir / "traces.jsonl").exists():
-        raise ShopSimRLError(
-            f"{run_dir}: not a run directory (no manifest.json or traces.jsonl); pass the folder `shopsimrl run` wrote",
-            code="run-dir-missing",
-        )
-    return run_dir
-
-
 def _cmd_summarize(args: argparse.Namespace) -> int:
     from shopsimrl_core.analysis._summary import summarize_run
 
-    run_dir = _require_run_dir(args.run_dir)
+    run_dir = require_run_dir(args.run_dir)
     summary = summarize_run(run_dir, requested=args.requested, write=not args.no_write)
     if args.categories:
         from shopsimrl_core.analysis._categories import category_intervals
@@ -220,7 +201,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from shopsimrl_core.analysis._comparison import compare_runs
 
     for raw in (args.run_a, args.run_b):
-        _require_run_dir(raw)
+        require_run_dir(raw)
     if args.output and Path(args.output).is_dir():
         raise ShopSimRLError(
             f"{args.output}: --output is a directory; pass a file path for the comparison JSON", code="path-wrong-type"

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
+from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.cli._arg_types import positive, positive_float, probability
 
 __all__ = ["register_power_cli"]
 
 
 def _cmd_power(args: argparse.Namespace) -> int:
+    from shopsimrl_core._hashing import read_json_file
     from shopsimrl_core.analysis._power_report import power_report
 
+    if Path(args.source).is_file():
+        # a file that is not JSON at all: one line here (the report parses only what is JSON)
+        fix = "pass comparison.json from `shopsimrl compare --output`"
+        try:
+            read_json_file(args.source, "comparison", fix=fix)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; {fix}", code="document-invalid") from None
     report = power_report(
         args.source,
         metric=args.metric,

@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core._errors import ConfigError
+from shopsimrl_core._errors import ShopSimRLError
+from shopsimrl_core.cli._arg_types import positive
+from shopsimrl_core.cli._inputs import require_input_file, require_output_dir, require_output_file, require_run_dir
 from shopsimrl_core.export._records import PROFILES, export_sft, export_traces
 
 __all__ = ["register_skills_cli"]
@@ -22,6 +24,8 @@ def _print(value: Any) -> None:
 
 
 def _cmd_traces(args: argparse.Namespace) -> int:
+    require_run_dir(args.run_dir)
+    require_output_file(args.out, "the export's output")
     result = export_traces(args.run_dir, args.out, profile=args.profile, all_attempts=args.all_attempts)
     _print({"path": str(result.path), "records": result.records, "profile": args.profile})
     return 0
@@ -29,7 +33,14 @@ def _cmd_traces(args: argparse.Namespace) -> int:
 
 def _cmd_sft(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
-        raise ConfigError("export sft: give one or more run directories followed by the output file")
+        raise ShopSimRLError(
+            "shopsimrl export sft: give one or more run directories followed by the output file; see "
+            "`shopsimrl export sft --help`",
+            code="usage",
+        )
+    for run_dir in args.paths[:-1]:
+        require_run_dir(run_dir)
+    require_output_file(args.paths[-1], "the SFT output")
     result = export_sft(args.paths[:-1], args.paths[-1], with_reasoning=args.with_reasoning,
                         allow_protocol_errors=args.allow_protocol_errors,
                         min_r_success=0 if args.include_failures else 1)
@@ -40,6 +51,9 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 def _cmd_labels(args: argparse.Namespace) -> int:
     from shopsimrl_core.analysis._labels import label_run
 
+    require_run_dir(args.run_dir)
+    if args.out is not None:
+        require_output_file(args.out, "--out")
     table = label_run(args.run_dir, out_path=args.out)
     _print({"path": str(table.path), "episodes": table.episodes, "sha256": table.sha256,
             "distribution": table.distribution})
@@ -50,8 +64,8 @@ def _cmd_candidates(args: argparse.Namespace) -> int:
     from shopsimrl_core.skills._bank import build_draft, write_draft
     from shopsimrl_core.skills._candidates import mine_candidates
 
-    run = Path(args.train_run_dir)
-    out_dir = Path(args.out_dir)
+    run = require_run_dir(args.train_run_dir)
+    out_dir = require_output_dir(args.out_dir, "the output folder")
     provider = None
     if args.analyst_base_url:
         from shopsimrl_core.skills._analyst import AnalystCandidateProvider
@@ -89,8 +103,11 @@ def _cmd_pool(args: argparse.Namespace) -> int:
     from shopsimrl_core.episode._skillbank import load_skillbank
     from shopsimrl_core.skills._pool import build_candidate_pool
 
+    require_input_file(args.active_bank, "active SkillBank", "pass a shopsimrl-skillbank-v1 JSON file")
     candidates_path = Path(args.candidates)
     fix = "pass the skill_candidates.json written by `shopsimrl candidates`"
+    require_input_file(args.candidates, "skill candidates file", fix)
+    require_output_file(args.out, "the pool's output")
     raw = read_json_file(candidates_path, "skill candidates", fix=fix)
     candidates = SkillCandidates.parse(raw, str(candidates_path)).to_json()
     pool = build_candidate_pool(load_skillbank(args.active_bank), candidates, round_id=args.round_id,
@@ -130,6 +147,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     from shopsimrl_core.episode._skillbank import load_skillbank
     from shopsimrl_core.skills._bank import snapshot_skillbank
 
+    require_input_file(args.bank, "SkillBank", "pass a shopsimrl-skillbank-v1 JSON file")
+    require_output_dir(args.out_dir, "the snapshot folder")
     snap = snapshot_skillbank(load_skillbank(args.bank), args.out_dir)
     _print({"path": str(snap.path), "bank_sha256": snap.bank_sha256, "skills": snap.skill_ids, "reused": snap.reused})
     return 0
@@ -165,8 +184,8 @@ def register_skills_cli(subparsers: Any) -> None:
     c = subparsers.add_parser("candidates", help="mine skill candidates and a draft from a labelled TRAIN run")
     c.add_argument("train_run_dir")
     c.add_argument("out_dir")
-    c.add_argument("--min-support", type=int, default=2)
-    c.add_argument("--active-skill-budget", type=int, default=10)
+    c.add_argument("--min-support", type=positive, default=2)
+    c.add_argument("--active-skill-budget", type=positive, default=10)
     c.add_argument("--analyst-base-url", default=None, help="use an analyst model at this OpenAI base URL")
     c.add_argument("--analyst-model", default="analyst")
     c.add_argument("--analyst-api-key-env", default=None)
@@ -178,8 +197,8 @@ def register_skills_cli(subparsers: Any) -> None:
     g.add_argument("draft_path")
     g.add_argument("output_dir")
     g.add_argument("--mask-seed", type=int, default=20260901)
-    g.add_argument("--active-skill-budget", type=int, default=None)
-    g.add_argument("--bootstrap-samples", type=int, default=1000)
+    g.add_argument("--active-skill-budget", type=positive, default=None)
+    g.add_argument("--bootstrap-samples", type=positive, default=1000)
     g.add_argument("--selection-rule", choices=["published", "above_noise"], default="published",
                    help="published: β > 0, top K (§16.3); above_noise: also above the sign-flip noise bar")
     g.add_argument(
@@ -193,7 +212,7 @@ def register_skills_cli(subparsers: Any) -> None:
     pl.add_argument("out")
     pl.add_argument("--round-id", required=True)
     pl.add_argument("--proposal-checkpoint", required=True)
-    pl.add_argument("--max-candidates", type=int, default=6)
+    pl.add_argument("--max-candidates", type=positive, default=6)
     pl.set_defaults(handler=_cmd_pool)
 
     og = subparsers.add_parser("online-gate", help="paired validation of a candidate pool; writes the next active bank")
@@ -202,8 +221,8 @@ def register_skills_cli(subparsers: Any) -> None:
     og.add_argument("pool")
     og.add_argument("output_dir")
     og.add_argument("--mask-seed", type=int, default=20260901)
-    og.add_argument("--active-skill-budget", type=int, default=10)
-    og.add_argument("--bootstrap-samples", type=int, default=1000)
+    og.add_argument("--active-skill-budget", type=positive, default=10)
+    og.add_argument("--bootstrap-samples", type=positive, default=1000)
     og.add_argument("--selection-rule", choices=["published", "above_noise"], default="published",
                     help="published: rewrite winners, then β > 0, top K (§17.3); above_noise: also above the "
                     "sign-flip noise bar")

@@ -2,7 +2,9 @@
 
 The body writes the run's config (``eval_config.py``), calls ``core.run_evaluation`` (resumable: a
 retried or re-materialized partition never redoes a finished episode) and reports the core's counts,
-the trace audit and the five blocking rollout checks (``checks.py``).
+the trace audit and the five blocking rollout checks (``checks.py``). It does not check the servers
+itself: the core's preflight does, once per run, and the asset shows its report
+(``RunResult.preflight``: the environment's ``/healthz``, the served models, the probe).
 """
 
 import time
@@ -39,8 +41,7 @@ def _rollout_metadata(
     wall_s: float,
     model_base_url: str,
     served_model: str,
-    env_health: dict[str, Any],
-    endpoint_health: dict[str, Any],
+    preflight: core.PreflightReport | None,
     environment_url: str,
     config_path: Path,
     run_dir: Path,
@@ -76,10 +77,19 @@ def _rollout_metadata(
         "traces": dg.MetadataValue.path(str(result.traces_path)),
         "run_dir": dg.MetadataValue.path(str(run_dir)),
         "eval_config": dg.MetadataValue.path(str(config_path)),
+        # What the core's preflight saw before the first episode (one GET of each server per run).
         "environment_health": dg.MetadataValue.json(
-            {k: env_health.get(k) for k in ("environment_version", "observation_version", "environment_slots", "tasks")}
-        ),
-        "endpoint_models": dg.MetadataValue.json(endpoint_health["models"]),
+            {
+                k: preflight.environment.get(k)
+                for k in ("environment_version", "observation_version", "environment_slots", "tasks")
+            }
+        )
+        if preflight
+        else dg.MetadataValue.null(),
+        "endpoint_models": dg.MetadataValue.json(preflight.served_models) if preflight else dg.MetadataValue.null(),
+        "endpoint_probe": dg.MetadataValue.json(preflight.probe)
+        if preflight and preflight.probe
+        else dg.MetadataValue.null(),
     }
 
 
@@ -96,7 +106,8 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
         kinds={"python"},
         description=f"Episode traces of one checkpoint on {described} (``runs/{name}/<checkpoint>/traces.jsonl``). "
         "Resumable: a retried or re-materialized partition continues the run directory and never redoes a "
-        "finished episode. Health checks run first, so a dead endpoint fails fast with its URL.",
+        "finished episode. The core's preflight checks the environment and the endpoint before any episode, so a "
+        "dead endpoint fails fast with its URL; what it saw is shown as metadata.",
     )
     def rollout_traces(
         context: dg.AssetExecutionContext,
@@ -120,8 +131,6 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
                 allow_retries=False,
             )
         checkpoint = checkpoint_registry.get(context.partition_key)
-        env_health = shopsim_environment.health_check()
-        endpoint_health = inference_endpoint.health_check(checkpoint)
         config_path = write_eval_config(
             run_storage=run_storage,
             suite_name=name,
@@ -188,8 +197,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
             wall_s=time.monotonic() - started,
             model_base_url=inference_endpoint.base_url_for(checkpoint),
             served_model=inference_endpoint.model_for(checkpoint),
-            env_health=env_health,
-            endpoint_health=endpoint_health,
+            preflight=result.preflight,
             environment_url=shopsim_environment.base_url,
             config_path=config_path,
             run_dir=run_dir,

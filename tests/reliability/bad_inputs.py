@@ -178,9 +178,12 @@ def _manifest_dir(
     manifest_is_dir: bool = False,
     traces: bytes | None = None,
     other_plan: bool = False,
+    lock_is_dir: bool = False,
 ) -> Path:
     run_dir = folder / "runs" / "bad"
     run_dir.mkdir(parents=True)
+    if lock_is_dir:
+        (run_dir / "run.lock").mkdir()
     if manifest_is_dir:
         (run_dir / "manifest.json").mkdir()
     elif other_plan:
@@ -351,6 +354,90 @@ def _splits(mutator: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any
 
 def _val(data: dict[str, Any]) -> dict[str, Any]:
     return data["splits"]["val"]
+
+
+def with_file(
+    name: str, content: bytes | None, argv: list[str] | None = None, **settings: Any
+) -> Callable[[Path, Servers | None], list[str]]:
+    """A base config (with *settings* as dotted keys) next to a file *name* holding *content* (None: a
+    folder); *argv* (``TMP`` the case folder, ``CFG`` the config) instead of ``run CFG``."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        if content is None:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+        else:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(content)
+        data = _base()
+        for dotted, value in settings.items():
+            _set(data, dotted.replace("__", "."), value)
+        config = _cfg(folder, data)
+        return [a.replace("TMP", str(folder)).replace("CFG", config) for a in (argv or ["run", "CFG"])]
+
+    return build
+
+
+def after_run(
+    mutate: Callable[[Path], Any], argv: list[str] | None = None
+) -> Callable[[Path, Servers | None], list[str]]:
+    """A complete run of the base plan, then *mutate* (given the case folder); *argv* (``TMP``, ``RUN``,
+    ``CFG``) instead of ``run CFG``."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        config = _cfg(folder, _base())
+        _existing_run(folder)
+        mutate(folder)
+        run = str(folder / "runs" / "bad")
+        return [
+            a.replace("TMP", str(folder)).replace("RUN", run).replace("CFG", config) for a in (argv or ["run", "CFG"])
+        ]
+
+    return build
+
+
+def config_changed(dotted: str, value: Any) -> Callable[[Path, Servers | None], list[str]]:
+    """A complete run, then the config edited (*dotted* set to *value*) and run again."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        _write_splits(folder)
+        _cfg(folder, _base())
+        _existing_run(folder)
+        return ["run", _cfg(folder, _set(_base(), dotted, value))]
+
+    return build
+
+
+def _in_run(name: str, content: bytes | None) -> Callable[[Path], None]:
+    """Write *content* to ``runs/bad/<name>`` (None: make it a folder, after removing the file)."""
+
+    def mutate(folder: Path) -> None:
+        path = folder / "runs" / "bad" / name
+        if content is None:
+            path.unlink(missing_ok=True)
+            path.mkdir()
+        else:
+            path.write_bytes(content)
+
+    return mutate
+
+
+_BANK = {"schema_version": "shopsimrl-skillbank-v1", "skills": [{"skill_id": "s1", "content": "Check the budget."}]}
+
+
+def _cut(path: Path) -> None:
+    # a fixed cut (not half-way): the file's length varies with its timestamps, and so would the line
+    path.write_bytes(path.read_bytes()[:40])
+
+
+def plain_dir_verb(verb: str) -> Callable[[Path, Servers | None], list[str]]:
+    """*verb* given a directory that holds no run (a notes folder)."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        return [verb, *plain_dir(folder, srv)[1:]]
+
+    return build
 
 
 CASES: list[Case] = [
@@ -692,6 +779,465 @@ CASES: list[Case] = [
     Case("stream-string", '`model.stream: "no"`', config_case("model.stream", "no"), 2, "config-invalid"),
     Case("model-id-unsafe", '`model.id: "@@@"`', config_case("model.id", "@@@"), 2, "config-invalid"),
     Case("api-key-unset", "`model.api_key_env` names an unset variable", _apikey, 2, "api-key-missing"),
+    # --- wrong types, nulls and nesting, section by section
+    Case("experiment-null", "`experiment: null`", config_case("experiment", None), 2, "config-invalid"),
+    Case("experiment-list", "`experiment:` a list", config_case("experiment", ["bad", 1]), 2, "config-invalid"),
+    Case("output-dir-int", "`experiment.output_dir: 5`", config_case("experiment.output_dir", 5), 2, "config-invalid"),
+    Case(
+        "output-dir-null",
+        "`experiment.output_dir: null`",
+        config_case("experiment.output_dir", None),
+        2,
+        "config-invalid",
+    ),
+    Case("name-int", "`experiment.name: 2024` (a number)", config_case("experiment.name", 2024), 2, "config-invalid"),
+    Case("seed-string", '`experiment.seed: "abc"`', config_case("experiment.seed", "abc"), 2, "config-invalid"),
+    Case("seed-null", "`experiment.seed: null`", config_case("experiment.seed", None), 2, "config-invalid"),
+    Case(
+        "concurrency-negative",
+        "`experiment.concurrency: -4`",
+        config_case("experiment.concurrency", -4),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "concurrency-float",
+        "`experiment.concurrency: 2.5`",
+        config_case("experiment.concurrency", 2.5),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "spacing-too-long",
+        "`experiment.start_spacing_seconds: 120`",
+        config_case("experiment.start_spacing_seconds", 120),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "outage-string",
+        '`experiment.outage_budget_seconds: "5m"`',
+        config_case("experiment.outage_budget_seconds", "5m"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "total-attempts-string",
+        '`experiment.max_total_attempts: "3"`',
+        config_case("experiment.max_total_attempts", "3"),
+        2,
+        "config-invalid",
+    ),
+    Case("dotenv-int", "`experiment.dotenv: 5`", config_case("experiment.dotenv", 5), 2, "config-invalid"),
+    Case(
+        "ledger-list",
+        "`experiment.test_access_ledger: []`",
+        config_case("experiment.test_access_ledger", []),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "split-under-experiment",
+        "`split: val` nested under `experiment` instead of `tasks`",
+        config_case("experiment.split", "val"),
+        2,
+        "config-invalid",
+    ),
+    Case("tasks-null", "`tasks: null`", config_case("tasks", None), 2, "config-invalid"),
+    Case(
+        "tasks-string",
+        "`tasks: splits.json` (a string, not a mapping)",
+        config_case("tasks", "splits.json"),
+        2,
+        "config-invalid",
+    ),
+    Case("split-int", "`tasks.split: 2024` (a number)", config_case("tasks.split", 2024), 2, "config-invalid"),
+    Case("split-null", "`tasks.split: null`", config_case("tasks.split", None), 2, "config-invalid"),
+    Case("split-file-null", "`tasks.split_file: null`", config_case("tasks.split_file", None), 2, "config-invalid"),
+    Case(
+        "split-file-list",
+        "`tasks.split_file: [a.json, b.json]`",
+        config_case("tasks.split_file", ["a.json", "b.json"]),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "split-file-url",
+        "`tasks.split_file` an https URL",
+        config_case("tasks.split_file", "https://example.org/splits.json"),
+        2,
+        "config-invalid",
+    ),
+    Case("sample-negative", "`tasks.sample_size: -1`", config_case("tasks.sample_size", -1), 2, "config-invalid"),
+    Case("sample-float", "`tasks.sample_size: 2.5`", config_case("tasks.sample_size", 2.5), 2, "config-invalid"),
+    Case("sample-all", '`tasks.sample_size: "all"`', config_case("tasks.sample_size", "all"), 2, "config-invalid"),
+    Case("repeats-string", '`tasks.repeats: "3"`', config_case("tasks.repeats", "3"), 2, "config-invalid"),
+    Case("repeats-negative", "`tasks.repeats: -2`", config_case("tasks.repeats", -2), 2, "config-invalid"),
+    Case("tasks-splits-typo", "typo `tasks.splits`", config_case("tasks.splits", "val"), 2, "config-invalid"),
+    Case(
+        "tasks-inline-ids",
+        "task ids listed in the config (`tasks.task_ids: [1, 2]`)",
+        config_case("tasks.task_ids", [1, 2]),
+        2,
+        "config-invalid",
+    ),
+    Case("environment-null", "`environment: null`", config_case("environment", None), 2, "config-invalid"),
+    Case(
+        "env-url-null", "`environment.base_url: null`", config_case("environment.base_url", None), 2, "config-invalid"
+    ),
+    Case(
+        "env-url-int",
+        "`environment.base_url: 5700` (a port)",
+        config_case("environment.base_url", 5700),
+        2,
+        "config-invalid",
+    ),
+    Case("env-url-typo", "typo `environment.url`", config_case("environment.url", "http://x"), 2, "config-invalid"),
+    Case(
+        "env-timeout-string",
+        '`environment.timeout: "30s"`',
+        config_case("environment.timeout", "30s"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-timeout-null", "`environment.timeout: null`", config_case("environment.timeout", None), 2, "config-invalid"
+    ),
+    Case(
+        "env-connections-float",
+        "`environment.max_connections: 1.5`",
+        config_case("environment.max_connections", 1.5),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-base-urls-string",
+        "`environment.base_urls` a string, not a list",
+        config_case("environment.base_urls", "http://127.0.0.1:5700"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-base-urls-duplicate",
+        "`environment.base_urls` lists one server twice",
+        config_case("environment.base_urls", ["http://127.0.0.1:5700", "http://127.0.0.1:5700/"]),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-base-urls-ftp",
+        "`environment.base_urls: [ftp://…]`",
+        config_case("environment.base_urls", ["ftp://127.0.0.1:5700"]),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-exclusive-string",
+        '`environment.exclusive: "yes"`',
+        config_case("environment.exclusive", "yes"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-call-retries-zero",
+        "`environment.call_retry_attempts: 0`",
+        config_case("environment.call_retry_attempts", 0),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-keepalive-zero",
+        "`environment.keepalive_expiry_seconds: 0`",
+        config_case("environment.keepalive_expiry_seconds", 0),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "env-identity-empty", '`environment.identity: ""`', config_case("environment.identity", ""), 2, "config-invalid"
+    ),
+    Case("env-persona-int", "`environment.persona: 1`", config_case("environment.persona", 1), 2, "config-invalid"),
+    Case("max-steps-string", '`runtime.max_steps: "30"`', config_case("runtime.max_steps", "30"), 2, "config-invalid"),
+    Case("max-steps-null", "`runtime.max_steps: null`", config_case("runtime.max_steps", None), 2, "config-invalid"),
+    Case("runtime-list", "`runtime: [30]`", config_case("runtime", [30]), 2, "config-invalid"),
+    Case("prompt-null", "`prompt: null`", config_case("prompt", None), 2, "config-invalid"),
+    Case("prompt-int", "`prompt.system_prompt: 5`", config_case("prompt.system_prompt", 5), 2, "config-invalid"),
+    Case("prompt-language-null", "`prompt.language: null`", config_case("prompt.language", None), 2, "config-invalid"),
+    Case(
+        "prompt-file-dir",
+        "`prompt.system_prompt_file` names a directory",
+        with_file("prompts", None, prompt__system_prompt_file="prompts"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "prompt-file-not-utf8",
+        "`prompt.system_prompt_file` in GB18030, not UTF-8",
+        with_file("p.txt", "你是购物助手。".encode("gb18030"), prompt__system_prompt_file="p.txt"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "prompt-texts-missing",
+        "`prompt.prompt_texts_file` names a missing file",
+        config_case("prompt.prompt_texts_file", "texts.json"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "prompt-texts-not-json",
+        "`prompt.prompt_texts_file` is not JSON",
+        with_file("texts.json", b"tools: [search]\n", prompt__prompt_texts_file="texts.json"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "prompt-texts-list",
+        "`prompt.prompt_texts_file` holds a JSON list",
+        with_file("texts.json", b'["search", "click"]', prompt__prompt_texts_file="texts.json"),
+        2,
+        "config-invalid",
+    ),
+    Case("skills-max-all", '`skills.max_skills: "all"`', config_case("skills.max_skills", "all"), 2, "config-invalid"),
+    Case(
+        "skills-dir",
+        "`skills.path` names a directory",
+        with_file("bank", None, skills__path="bank"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "skills-not-json",
+        "`skills.path` file is not JSON",
+        with_file("bank.json", b"- skill: check the budget\n", skills__path="bank.json"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "skills-empty-file",
+        "`skills.path` file is empty",
+        with_file("bank.json", b"", skills__path="bank.json"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "skills-wrong-schema",
+        "`skills.path` file of another schema (`schema_version: v2`)",
+        with_file("bank.json", json.dumps({**_BANK, "schema_version": "v2"}).encode(), skills__path="bank.json"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "skills-blank-content",
+        "a SkillBank record with blank `content`",
+        with_file(
+            "bank.json",
+            json.dumps({**_BANK, "skills": [{"skill_id": "s1", "content": "  "}]}).encode(),
+            skills__path="bank.json",
+        ),
+        2,
+        "config-invalid",
+    ),
+    Case("model-null", "`model: null`", config_case("model", None), 2, "config-invalid"),
+    Case(
+        "model-as-list",
+        "`model:` a list of one mapping",
+        config_case("model", [{"name": "served", "base_url": "http://127.0.0.1:9/v1"}]),
+        2,
+        "config-invalid",
+    ),
+    Case("model-name-null", "`model.name: null`", config_case("model.name", None), 2, "config-invalid"),
+    Case("model-name-int", "`model.name: 7` (a number)", config_case("model.name", 7), 2, "config-invalid"),
+    Case("model-url-null", "`model.base_url: null`", config_case("model.base_url", None), 2, "config-invalid"),
+    Case(
+        "temperature-string", '`model.temperature: "0.7"`', config_case("model.temperature", "0.7"), 2, "config-invalid"
+    ),
+    Case(
+        "temperature-negative", "`model.temperature: -0.1`", config_case("model.temperature", -0.1), 2, "config-invalid"
+    ),
+    Case("top-p-high", "`model.top_p: 1.5`", config_case("model.top_p", 1.5), 2, "config-invalid"),
+    Case("max-tokens-float", "`model.max_tokens: 1.5`", config_case("model.max_tokens", 1.5), 2, "config-invalid"),
+    Case("api-key-env-empty", '`model.api_key_env: ""`', config_case("model.api_key_env", ""), 2, "config-invalid"),
+    Case("api-key-env-int", "`model.api_key_env: 5`", config_case("model.api_key_env", 5), 2, "config-invalid"),
+    Case(
+        "extra-body-string",
+        '`model.extra_body: "enable_thinking"`',
+        config_case("model.extra_body", "enable_thinking"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "model-transport-streams",
+        "`model.http_transport: streams` (removed)",
+        config_case("model.http_transport", "streams"),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "model-base-urls-duplicate",
+        "`model.base_urls` lists one replica twice",
+        config_case("model.base_urls", ["http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1"]),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "replica-in-flight-zero",
+        "`model.replica_max_in_flight: 0`",
+        config_case("model.replica_max_in_flight", 0),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "replica-probe-zero",
+        "`model.replica_probe_seconds: 0`",
+        config_case("model.replica_probe_seconds", 0),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "backoff-negative",
+        "`model.retry_backoff_seconds: -1`",
+        config_case("model.retry_backoff_seconds", -1),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "send-seed-string", '`model.send_seed: "false"`', config_case("model.send_seed", "false"), 2, "config-invalid"
+    ),
+    Case("seed-mod-int", "`model.seed_mod_2_32: 1`", config_case("model.seed_mod_2_32", 1), 2, "config-invalid"),
+    Case("trust-env-null", "`model.trust_env: null`", config_case("model.trust_env", None), 2, "config-invalid"),
+    Case(
+        "checkpoint-id-empty", '`model.checkpoint_id: ""`', config_case("model.checkpoint_id", ""), 2, "config-invalid"
+    ),
+    Case(
+        "model-sampling-nested",
+        "`model.sampling: {temperature: 0.7}` (sampling keys sit in `model` itself)",
+        config_case("model.sampling", {"temperature": 0.7}),
+        2,
+        "config-invalid",
+    ),
+    Case("serve-true", "`serve: true`", config_case("serve", True), 2, "config-invalid"),
+    Case(
+        "serve-unknown-server",
+        "`serve.server: tgi`",
+        config_case("serve", {"server": "tgi", "weights": "w"}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-no-weights", "`serve` without `weights`", config_case("serve", {"server": "vllm"}), 2, "config-invalid"
+    ),
+    Case(
+        "serve-custom-no-command",
+        "`serve.server: custom` without `command`",
+        config_case("serve", {"server": "custom", "weights": "w"}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-command-empty",
+        "`serve.command: []`",
+        config_case("serve", {"server": "custom", "weights": "w", "command": []}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-gpus-string",
+        '`serve.gpus: "0,1"` (a string, not a list)',
+        config_case("serve", {"server": "vllm", "weights": "w", "gpus": "0,1"}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-gpus-per-server-negative",
+        "`serve.gpus_per_server: -1`",
+        config_case("serve", {"server": "vllm", "weights": "w", "gpus_per_server": -1}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-env-int",
+        "`serve.env: {OMP_NUM_THREADS: 4}` (a number, not a string)",
+        config_case("serve", {"server": "vllm", "weights": "w", "env": {"OMP_NUM_THREADS": 4}}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-start-timeout-zero",
+        "`serve.start_timeout: 0`",
+        config_case("serve", {"server": "vllm", "weights": "w", "start_timeout": 0}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-extra-args-string",
+        '`serve.extra_args: "--max-model-len 8192"` (a string, not a list)',
+        config_case("serve", {"server": "vllm", "weights": "w", "extra_args": "--max-model-len 8192"}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "serve-port",
+        "`serve.port: 8000` (the port is always a free one)",
+        config_case("serve", {"server": "vllm", "weights": "w", "port": 8000}),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "config-tab-indent",
+        "a YAML line indented with a tab",
+        yaml_case(_valid_yaml().replace("  split: val\n", "\tsplit: val\n")),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "config-nul-byte",
+        "a NUL byte in the config",
+        yaml_case(_valid_yaml().replace("name: bad", "name: b\x00ad")),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "config-is-split-file",
+        "the split file passed as the config",
+        lambda f, s: (_write_splits(f), ["run", str(f / "splits.json")])[1],
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "config-parent-is-file",
+        "config path under a file (`notes.txt/eval.yaml`)",
+        lambda f, s: ((f / "notes.txt").write_text("x\n"), ["run", str(f / "notes.txt" / "eval.yaml")])[1],
+        6,
+        "input-not-a-file",
+    ),
+    # --- .env files
+    Case(
+        "dotenv-not-utf8",
+        "a `.env` file in Latin-1",
+        with_file("secrets.env", "TOKEN=café\n".encode("latin-1"), experiment__dotenv="secrets.env"),
+        2,
+        "dotenv-missing",
+    ),
+    Case(
+        "dotenv-is-dir",
+        "`experiment.dotenv` names a directory",
+        with_file("envdir", None, experiment__dotenv="envdir"),
+        2,
+        "dotenv-missing",
+    ),
+    Case(
+        "dotenv-digit-name", "a `.env` name starting with a digit (`1X=1`)", dotenv_case("1X=1\n"), 2, "dotenv-invalid"
+    ),
+    Case("dotenv-empty-name", "a `.env` line `=value`", dotenv_case("=value\n"), 2, "dotenv-invalid"),
+    Case(
+        "dotenv-single-quote",
+        "a `.env` value opening a single quote it never closes",
+        dotenv_case("TOKEN='s3cret\n"),
+        2,
+        "dotenv-invalid",
+    ),
+    Case("dotenv-export-only", "a `.env` line `export` alone", dotenv_case("export\n"), 2, "dotenv-invalid"),
+    Case("dotenv-nul", "a NUL byte in a `.env` value", dotenv_case("TOKEN=a\x00b\n"), 2, "dotenv-invalid"),
     # --- split files
     Case(
         "split-missing",
@@ -817,6 +1363,141 @@ CASES: list[Case] = [
         2,
         "test-split-not-opted-in",
     ),
+    Case(
+        "split-comments",
+        "split file with `//` comments (JSON has none)",
+        split_case(raw=b"// frozen 2026-08\n" + _SPLITS_JSON.encode()),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-trailing-garbage",
+        "split file with text after the JSON",
+        split_case(raw=_SPLITS_JSON.encode() + b"\n}\n# end\n"),
+        2,
+        "split-invalid",
+    ),
+    Case("split-empty-file", "split file is empty (0 bytes)", split_case(raw=b""), 2, "split-invalid"),
+    Case("split-json-null", "split file is `null`", split_case(raw=b"null"), 2, "split-invalid"),
+    Case(
+        "split-no-splits-key",
+        "split file without the `splits` key (splits at the top level)",
+        split_case(lambda d: d["splits"]),
+        2,
+        "split-invalid",
+    ),
+    Case("splits-empty", "`splits: {}`", split_case(lambda d: d.update(splits={})), 2, "split-unknown"),
+    Case(
+        "split-body-null", "a split is `null`", split_case(lambda d: d["splits"].update(val=None)), 2, "split-invalid"
+    ),
+    Case("task-id-huge", "task id 2⁷⁰", split_case(lambda d: _val(d).update(task_ids=[1, 2**70])), 2, "split-invalid"),
+    Case(
+        "task-ids-strings",
+        'task ids as strings (`["1", "2"]`)',
+        split_case(lambda d: _val(d).update(task_ids=["1", "2"])),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "task-id-null", "task id `null`", split_case(lambda d: _val(d).update(task_ids=[1, None])), 2, "split-invalid"
+    ),
+    Case(
+        "task-ids-nested",
+        "task ids nested in a list (`[[1, 2]]`)",
+        split_case(lambda d: _val(d).update(task_ids=[[1, 2]])),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "task-id-exponent",
+        "task id `1e3` (a JSON float)",
+        split_case(raw=_SPLITS_JSON.replace("[1, 2, 3]", "[1, 1e3]").encode()),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "task-id-nan",
+        "task id `NaN`",
+        split_case(raw=_SPLITS_JSON.replace("[1, 2, 3]", "[1, NaN]").encode()),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "task-ids-null",
+        "`task_ids: null`",
+        split_case(lambda d: _val(d).update(task_ids=None)),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "range-negative-start",
+        "legacy range with `start: -5`",
+        split_case(lambda d: d["splits"].update(val={"start": -5, "end": 2, "persona": True})),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "range-strings",
+        'legacy range with `start: "0"`, `end: "10"`',
+        split_case(lambda d: d["splits"].update(val={"start": "0", "end": "10", "persona": True})),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "range-no-end",
+        "legacy range with `start` only",
+        split_case(lambda d: d["splits"].update(val={"start": 0, "persona": True})),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "range-huge",
+        "legacy range `0 … 10¹²` (a trillion ids)",
+        split_case(lambda d: d["splits"].update(val={"start": 0, "end": 10**12, "persona": True})),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-count-bool",
+        "`task_count: true`",
+        split_case(lambda d: _val(d).update(task_count=True)),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-hash-int",
+        "`task_ids_sha256: 5`",
+        split_case(lambda d: _val(d).update(task_ids_sha256=5)),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-persona-contradicts-config",
+        "`persona: false` in the split, `environment.persona: true` in the config",
+        lambda f, s: (
+            _write_splits(f, {**SPLITS, "splits": {"val": {"persona": False, "task_ids": [1, 2]}}}),
+            ["run", _cfg(f, _set(_base(), "environment.persona", True))],
+        )[1],
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "split-persona-unset",
+        "`persona: null` in the split and in the config",
+        split_case(lambda d: _val(d).update(persona=None)),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "split-sample-test-guard",
+        "`run` on a split named `test` without a role, without `--allow-test-split`",
+        lambda f, s: (
+            _write_splits(f, {**SPLITS, "splits": {"test": {"persona": True, "task_ids": [1, 2]}}}),
+            ["run", _cfg(f, _set(_base(), "tasks.split", "test"))],
+        )[1],
+        2,
+        "test-split-not-opted-in",
+    ),
     # --- run directories
     Case("resume-disabled", "`--no-resume` on a directory that holds a run", resume_refused, 2, "resume-disabled"),
     Case(
@@ -917,6 +1598,92 @@ CASES: list[Case] = [
         6,
         "path-wrong-type",
     ),
+    Case("manifest-array", "`manifest.json` is a JSON list", run_dir_case(manifest=b"[]"), 2, "manifest-invalid"),
+    Case("manifest-null", "`manifest.json` is `null`", run_dir_case(manifest=b"null"), 2, "manifest-invalid"),
+    Case("manifest-empty", "`manifest.json` is empty (0 bytes)", run_dir_case(manifest=b""), 2, "manifest-invalid"),
+    Case(
+        "manifest-nul",
+        "`manifest.json` starting with NUL bytes",
+        run_dir_case(manifest=b"\x00\x00garbage{"),
+        2,
+        "manifest-invalid",
+    ),
+    Case(
+        "manifest-no-plan",
+        "`manifest.json` without a `plan`",
+        run_dir_case(manifest=b'{"schema_version": "shopsimrl-run-manifest-v1", "jobs": []}'),
+        2,
+        "manifest-invalid",
+    ),
+    Case(
+        "manifest-foreign",
+        "`manifest.json` of another tool (`schema_version: mlflow-run-v1`)",
+        run_dir_case(manifest=b'{"schema_version": "mlflow-run-v1", "plan": {}, "run_id": "abc"}'),
+        2,
+        "manifest-invalid",
+    ),
+    Case(
+        "manifest-truncated",
+        "`manifest.json` cut off after 40 bytes",
+        after_run(lambda f: _cut(f / "runs" / "bad" / "manifest.json")),
+        2,
+        "manifest-invalid",
+    ),
+    Case(
+        "traces-is-dir",
+        "`traces.jsonl` is a directory",
+        after_run(_in_run("traces.jsonl", None)),
+        6,
+        "path-wrong-type",
+    ),
+    Case("run-lock-is-dir", "`run.lock` is a directory", run_dir_case(lock_is_dir=True), 6, "path-wrong-type"),
+    Case(
+        "run-dir-is-file",
+        "the run folder (`output_dir/name`) is a file",
+        lambda f, s: (
+            _write_splits(f),
+            (f / "runs").mkdir(),
+            (f / "runs" / "bad").write_text("not a folder\n"),
+            ["run", _cfg(f, _base())],
+        )[3],
+        6,
+        "path-wrong-type",
+    ),
+    Case(
+        "output-dir-under-file",
+        "`experiment.output_dir: notes.txt/runs` (under a file)",
+        with_file("notes.txt", b"x\n", experiment__output_dir="notes.txt/runs"),
+        6,
+        "path-wrong-type",
+    ),
+    Case(
+        "config-edited-temperature",
+        "the config edited after a run: `model.temperature` 0 → 0.7",
+        config_changed("model.temperature", 0.7),
+        2,
+        "fingerprint-mismatch",
+    ),
+    Case(
+        "config-edited-repeats",
+        "the config edited after a run: `tasks.repeats` 1 → 2",
+        config_changed("tasks.repeats", 2),
+        2,
+        "fingerprint-mismatch",
+    ),
+    Case(
+        "manifest-split-edited",
+        "`manifest.json` edited by hand: the split's name",
+        edited_manifest(lambda m: m["plan"]["task_split"].update(name="train")),
+        2,
+        "fingerprint-mismatch",
+    ),
+    Case(
+        "manifest-symlink",
+        "`manifest.json` is a symbolic link",
+        linked("manifest.json"),
+        2,
+        "run-dir-symlink",
+    ),
     # --- command-line arguments
     Case("no-verb", "`shopsimrl` without a verb", cli(), 2, "usage"),
     Case("unknown-verb", "`shopsimrl launch`", cli("launch"), 2, "usage"),
@@ -975,6 +1742,336 @@ CASES: list[Case] = [
     Case("rng-unknown", "`compare --rng mt`", cli("compare", "TMP/a", "TMP/b", "--rng", "mt"), 2, "usage"),
     Case("requested-negative", "`summarize --requested -1`", cli("summarize", "TMP", "--requested", "-1"), 2, "usage"),
     Case("plan-unknown-flag", "`plan --all`", cli("plan", "--all", make_config=True), 2, "usage"),
+    Case("verb-typo", "`shopsimrl summarise` (British spelling)", cli("summarise", "TMP"), 2, "usage"),
+    Case("run-two-configs", "`run a.yaml b.yaml`", cli("run", "TMP/a.yaml", make_config=True), 2, "usage"),
+    Case(
+        "max-attempts-negative",
+        "`--max-attempts -3`",
+        cli("run", "--max-attempts", "-3", make_config=True),
+        2,
+        "usage",
+    ),
+    Case(
+        "max-attempts-float", "`--max-attempts 2.5`", cli("run", "--max-attempts", "2.5", make_config=True), 2, "usage"
+    ),
+    Case("run-config-empty", '`run ""` (an empty path)', cli("run", ""), 2, "input-missing"),
+    Case("plan-missing", "`plan` of a missing config", cli("plan", "TMP/nope.yaml"), 2, "input-missing"),
+    Case("plan-dir", "`plan` of a directory", cli("plan", "TMP"), 6, "input-not-a-file"),
+    Case(
+        "retry-failed-resume-flag",
+        "`retry-failed --no-resume` (a flag of `run` only)",
+        cli("retry-failed", "--no-resume", make_config=True),
+        2,
+        "usage",
+    ),
+    Case(
+        "retry-failed-missing",
+        "`retry-failed` of a missing config",
+        cli("retry-failed", "TMP/x.yaml"),
+        2,
+        "input-missing",
+    ),
+    Case(
+        "summarize-requested-word",
+        "`summarize --requested all`",
+        cli("summarize", "TMP", "--requested", "all"),
+        2,
+        "usage",
+    ),
+    Case("summarize-two-dirs", "`summarize` of two directories", cli("summarize", "TMP", "TMP"), 2, "usage"),
+    Case(
+        "compare-plain-dirs",
+        "`compare` of two directories that hold no run",
+        lambda f, s: ((f / "a").mkdir(), (f / "b").mkdir(), ["compare", str(f / "a"), str(f / "b")])[2],
+        2,
+        "run-dir-missing",
+    ),
+    Case(
+        "compare-bootstrap-word",
+        "`compare --bootstrap-samples many`",
+        cli("compare", "TMP/a", "TMP/b", "--bootstrap-samples", "many"),
+        2,
+        "usage",
+    ),
+    Case(
+        "compare-seed-word",
+        "`compare --bootstrap-seed abc`",
+        cli("compare", "TMP/a", "TMP/b", "--bootstrap-seed", "abc"),
+        2,
+        "usage",
+    ),
+    Case(
+        "compare-intended-unknown",
+        "`compare --intended temperature`",
+        cli("compare", "TMP/a", "TMP/b", "--intended", "temperature"),
+        2,
+        "usage",
+    ),
+    Case("compare-one-arg", "`compare` of one run", cli("compare", "TMP/a"), 2, "usage"),
+    Case("power-missing", "`power` of a missing path", cli("power", "TMP/nope.json"), 2, "run-dir-missing"),
+    Case("power-plain-dir", "`power` of a directory that holds no run", plain_dir_verb("power"), 2, "run-dir-missing"),
+    Case(
+        "power-not-comparison",
+        "`power` of a JSON file that is no comparison",
+        lambda f, s: ((f / "x.json").write_text('{"a": 1}'), ["power", str(f / "x.json")])[1],
+        2,
+        "document-invalid",
+    ),
+    Case(
+        "power-not-json",
+        "`power` of a file that is not JSON",
+        lambda f, s: ((f / "x.json").write_text("reward: 0.5\n"), ["power", str(f / "x.json")])[1],
+        2,
+        "document-invalid",
+    ),
+    Case("power-alpha-high", "`power --alpha 1.5`", cli("power", "TMP", "--alpha", "1.5"), 2, "usage"),
+    Case("power-power-zero", "`power --power 0`", cli("power", "TMP", "--power", "0"), 2, "usage"),
+    Case("power-detect-negative", "`power --detect -0.1`", cli("power", "TMP", "--detect", "-0.1"), 2, "usage"),
+    Case("power-tasks-zero", "`power --tasks 0`", cli("power", "TMP", "--tasks", "0"), 2, "usage"),
+    Case("power-repeats-word", "`power --repeats two`", cli("power", "TMP", "--repeats", "two"), 2, "usage"),
+    Case(
+        "power-metric-unknown",
+        "`power --metric accuracy` on a run",
+        cli("power", "RUN", "--metric", "accuracy", make_run=True),
+        2,
+        "power-unknown-metric",
+    ),
+    Case("export-no-kind", "`export` without `traces` or `sft`", cli("export"), 2, "usage"),
+    Case("export-kind-unknown", "`export csv`", cli("export", "csv", "TMP", "TMP/out"), 2, "usage"),
+    Case(
+        "export-missing",
+        "`export traces` of a missing run",
+        cli("export", "traces", "TMP/nope", "TMP/out.jsonl"),
+        2,
+        "run-dir-missing",
+    ),
+    Case(
+        "export-profile-unknown",
+        "`export traces --profile secret`",
+        cli("export", "traces", "TMP", "TMP/out.jsonl", "--profile", "secret"),
+        2,
+        "usage",
+    ),
+    Case(
+        "export-named-traces",
+        "`export traces` to a file named `traces.jsonl`",
+        cli("export", "traces", "RUN", "TMP/traces.jsonl", make_run=True),
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "export-out-is-dir",
+        "`export traces` to a directory",
+        cli("export", "traces", "RUN", "TMP", make_run=True),
+        6,
+        "path-wrong-type",
+    ),
+    Case("export-sft-one-path", "`export sft` with only one path", cli("export", "sft", "TMP/out.jsonl"), 2, "usage"),
+    Case("labels-missing", "`labels` of a missing run", cli("labels", "TMP/nope"), 2, "run-dir-missing"),
+    Case(
+        "labels-plain-dir", "`labels` of a directory that holds no run", plain_dir_verb("labels"), 2, "run-dir-missing"
+    ),
+    Case(
+        "labels-out-is-dir",
+        "`labels --out` is a directory",
+        cli("labels", "RUN", "--out", "TMP", make_run=True),
+        6,
+        "path-wrong-type",
+    ),
+    Case(
+        "candidates-missing",
+        "`candidates` of a missing run",
+        cli("candidates", "TMP/nope", "TMP/out"),
+        2,
+        "run-dir-missing",
+    ),
+    Case(
+        "candidates-support-zero",
+        "`candidates --min-support 0`",
+        cli("candidates", "TMP", "TMP/out", "--min-support", "0"),
+        2,
+        "usage",
+    ),
+    Case(
+        "candidates-budget-word",
+        "`candidates --active-skill-budget ten`",
+        cli("candidates", "TMP", "TMP/out", "--active-skill-budget", "ten"),
+        2,
+        "usage",
+    ),
+    Case("gate-a-too-few", "`gate-a` with two of its four paths", cli("gate-a", "TMP/a.yaml", "TMP/bare"), 2, "usage"),
+    Case(
+        "gate-a-rule-unknown",
+        "`gate-a --selection-rule best`",
+        cli("gate-a", "TMP/a", "TMP/b", "TMP/c", "TMP/d", "--selection-rule", "best"),
+        2,
+        "usage",
+    ),
+    Case(
+        "gate-a-bootstrap-zero",
+        "`gate-a --bootstrap-samples 0`",
+        cli("gate-a", "TMP/a", "TMP/b", "TMP/c", "TMP/d", "--bootstrap-samples", "0"),
+        2,
+        "usage",
+    ),
+    Case(
+        "gate-a-missing",
+        "`gate-a` of a missing config and run",
+        cli("gate-a", "TMP/nope.yaml", "TMP/bare", "TMP/draft.json", "TMP/out"),
+        2,
+        "input-missing",
+    ),
+    Case(
+        "pool-no-round",
+        "`candidate-pool` without `--round-id`",
+        cli("candidate-pool", "TMP/bank.json", "TMP/c.json", "TMP/pool.json", "--proposal-checkpoint", "c1"),
+        2,
+        "usage",
+    ),
+    Case(
+        "pool-max-negative",
+        "`candidate-pool --max-candidates -1`",
+        cli(
+            "candidate-pool",
+            "TMP/bank.json",
+            "TMP/c.json",
+            "TMP/pool.json",
+            "--round-id",
+            "r1",
+            "--proposal-checkpoint",
+            "c1",
+            "--max-candidates",
+            "-1",
+        ),
+        2,
+        "usage",
+    ),
+    Case(
+        "pool-bank-missing",
+        "`candidate-pool` of a missing SkillBank",
+        cli(
+            "candidate-pool",
+            "TMP/bank.json",
+            "TMP/c.json",
+            "TMP/pool.json",
+            "--round-id",
+            "r1",
+            "--proposal-checkpoint",
+            "c1",
+        ),
+        2,
+        "input-missing",
+    ),
+    Case(
+        "online-gate-budget-zero",
+        "`online-gate --active-skill-budget 0`",
+        cli("online-gate", "TMP/a", "TMP/b", "TMP/c", "TMP/d", "--active-skill-budget", "0"),
+        2,
+        "usage",
+    ),
+    Case(
+        "online-gate-missing",
+        "`online-gate` of a missing config and pool",
+        cli("online-gate", "TMP/nope.yaml", "TMP/bare", "TMP/pool.json", "TMP/out"),
+        2,
+        "input-missing",
+    ),
+    Case(
+        "snapshot-missing",
+        "`snapshot` of a missing SkillBank",
+        cli("snapshot", "TMP/bank.json", "TMP/out"),
+        2,
+        "input-missing",
+    ),
+    Case(
+        "snapshot-not-json",
+        "`snapshot` of a SkillBank that is not JSON",
+        lambda f, s: ((f / "bank.json").write_text("skills:\n"), ["snapshot", str(f / "bank.json"), str(f / "out")])[1],
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "snapshot-no-skills",
+        "`snapshot` of a SkillBank without a `skills` list",
+        lambda f, s: (
+            (f / "bank.json").write_text('{"schema_version": "shopsimrl-skillbank-v1"}'),
+            ["snapshot", str(f / "bank.json"), str(f / "out")],
+        )[1],
+        2,
+        "config-invalid",
+    ),
+    Case(
+        "snapshot-out-is-file",
+        "`snapshot` into a path that is a file",
+        lambda f, s: (
+            (f / "bank.json").write_text(json.dumps(_BANK)),
+            (f / "out").write_text("x"),
+            ["snapshot", str(f / "bank.json"), str(f / "out")],
+        )[2],
+        6,
+        "path-wrong-type",
+    ),
+    Case("view-missing", "`view` of a missing root", cli("view", "TMP/nope"), 2, "view-root-missing"),
+    Case("view-port-word", "`view --port http`", cli("view", "TMP", "--port", "http"), 2, "usage"),
+    Case("view-port-huge", "`view --port 70000`", cli("view", "TMP", "--port", "70000"), 2, "usage"),
+    Case(
+        "export-sft-missing",
+        "`export sft` of a missing run",
+        cli("export", "sft", "TMP/nope", "TMP/out.jsonl"),
+        2,
+        "run-dir-missing",
+    ),
+    Case(
+        "candidates-out-is-file",
+        "`candidates` into an output folder that is a file",
+        after_run(lambda f: (f / "out").write_text("x\n"), ["candidates", "RUN", "TMP/out"]),
+        6,
+        "path-wrong-type",
+    ),
+    Case(
+        "pool-candidates-missing",
+        "`candidate-pool` of a missing candidates file",
+        lambda f, s: (
+            (f / "bank.json").write_text(json.dumps(_BANK)),
+            [
+                "candidate-pool",
+                str(f / "bank.json"),
+                str(f / "c.json"),
+                str(f / "pool.json"),
+                "--round-id",
+                "r1",
+                "--proposal-checkpoint",
+                "c1",
+            ],
+        )[1],
+        2,
+        "input-missing",
+    ),
+    Case(
+        "power-not-utf8",
+        "`power` of a comparison file in Latin-1",
+        lambda f, s: ((f / "x.json").write_bytes('{"note": "café"}'.encode("latin-1")), ["power", str(f / "x.json")])[
+            1
+        ],
+        2,
+        "document-invalid",
+    ),
+    Case(
+        "summarize-manifest-garbage",
+        "`summarize --no-write` of a run whose `manifest.json` is garbage",
+        after_run(_in_run("manifest.json", b"\x00garbage{"), ["summarize", "--no-write", "RUN"]),
+        2,
+        "manifest-invalid",
+    ),
+    Case(
+        "compare-manifest-garbage",
+        "`compare` of a run whose `manifest.json` is garbage",
+        after_run(_in_run("manifest.json", b"[1, 2"), ["compare", "RUN", "RUN"]),
+        2,
+        "manifest-invalid",
+    ),
+    Case("view-port-negative", "`view --port -1`", cli("view", "TMP", "--port", "-1"), 2, "usage"),
+    Case("config-empty-mapping", "config `{}` (a mapping without sections)", yaml_case("{}\n"), 2, "config-invalid"),
     # --- servers that cannot serve the run (preflight; nothing is written)
     Case(
         "env-refused",
@@ -1031,6 +2128,78 @@ CASES: list[Case] = [
         "model-unreachable",
         needs_servers=True,
     ),
+    Case(
+        "env-html",
+        "environment URL answering 200 with an HTML page",
+        server_case("environment.base_url", lambda s: s.html_url),
+        2,
+        "environment-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "env-is-model-server",
+        "environment URL pointing at the model server",
+        server_case("environment.base_url", lambda s: s.policy_url[: -len("/v1")]),
+        2,
+        "environment-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "env-url-with-endpoint-path",
+        "environment URL ending in `/api/shop_agent`",
+        server_case("environment.base_url", lambda s: s.env_url + "/api/shop_agent"),
+        2,
+        "environment-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "model-is-env-server",
+        "model URL pointing at the environment server",
+        server_case("model.base_url", lambda s: s.env_url + "/v1"),
+        2,
+        "model-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "model-url-v2",
+        "model URL ending in `/v2`",
+        server_case("model.base_url", lambda s: s.policy_url[: -len("/v1")] + "/v2"),
+        2,
+        "model-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "model-name-case",
+        "`model.name` in the wrong case",
+        server_case("model.name", lambda s: s.served_model.upper()),
+        2,
+        "model-not-served",
+        needs_servers=True,
+    ),
+    Case(
+        "env-https-to-http",
+        "`https://` environment URL of a plain-HTTP server",
+        server_case("environment.base_url", lambda s: s.env_url.replace("http://", "https://")),
+        2,
+        "environment-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "model-https-to-http",
+        "`https://` model URL of a plain-HTTP server",
+        server_case("model.base_url", lambda s: s.policy_url.replace("http://", "https://")),
+        2,
+        "model-unreachable",
+        needs_servers=True,
+    ),
+    Case(
+        "model-http-to-tls",
+        "`http://` model URL of an HTTPS server",
+        server_case("model.base_url", lambda s: s.tls_url.replace("https://", "http://") + "/v1"),
+        2,
+        "model-unreachable",
+        needs_servers=True,
+    ),
 ]
 
 
@@ -1071,6 +2240,11 @@ def run_case(case: Case, folder: Path, servers: Servers | None) -> Outcome:
                 code = main(argv)
             except SystemExit as exc:  # argparse
                 code = int(exc.code or 0)
+            except Exception:  # an escaped exception is a failed case: its traceback is the stderr shown
+                import traceback
+
+                traceback.print_exc(file=err)
+                code = -1
         after = snapshot(folder)
     finally:
         os.chdir(cwd)
@@ -1136,9 +2310,26 @@ def make_certificate(folder: Path) -> tuple[Path, Path]:
 
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bad_inputs import CASES, Case, Servers, documented_rows, html_server, normalise, run_case, tls_server
+from bad_inputs import CASES, SPLITS, Case, Servers, documented_rows, html_server, normalise, run_case, tls_server
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def servers(sandbox: Any) -> Iterator[Servers]:
 
 
 def test_the_catalogue_is_big_enough() -> None:
-    assert len(CASES) >= 140
+    assert len(CASES) >= 225
     assert len({case.id for case in CASES}) == len(CASES)
 
 
@@ -40,3 +40,17 @@ def test_bad_input_gets_one_line_and_writes_nothing(case: Case, tmp_path: Path, 
     assert row == f"| {number} | {case.what} | {case.exit} | `{shown}` |", (
         "docs/errors.md is stale; run tests/reliability/bad_inputs.py"
     )
+
+
+def test_a_split_file_with_a_byte_order_mark_reads_like_one_without(tmp_path: Path) -> None:
+    """Windows editors start UTF-8 files with a BOM; the split reader skips it (as the YAML and .env readers
+    do) instead of refusing the file as "not valid JSON"."""
+    import json
+
+    from shopsimrl_core.runs.planning._splits import load_split_file
+
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_text(json.dumps(SPLITS), encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    want, got = load_split_file(plain).get("val"), load_split_file(marked).get("val")
+    assert (got.task_ids, got.task_ids_sha256, got.persona) == (want.task_ids, want.task_ids_sha256, want.persona)

@@ -225,6 +225,11 @@ def _validation_to_config_error(label: str, exc: ValidationError) -> ConfigError
 # loading
 
 
+def _get(data: dict[str, Any], section: str, key: str) -> Any:
+    value = data.get(section)
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def _resolve_weights(base_dir: Path, value: str | None) -> str | None:
     # Weights may be a local path or a hub id / URI ("Qwen/Qwen3-4B", "s3://…"): a relative value is a
     # path only when it names something that exists next to the YAML.
@@ -256,6 +261,27 @@ def config_from_mapping(
         raise ConfigError(
             f"{label}: (top level): must be a mapping of sections (got {_show(data)}); see docs/config.md"
         )
+    if not set(data) & set(EvalConfig.model_fields):
+        # a split file, a pipeline YAML or a Dagster config given by mistake: one line, not one per key
+        keys = ", ".join(map(str, list(data)[:6])) or "none"
+        raise ConfigError(
+            f"{label}: (top level): holds no section of an evaluation config (its keys: {keys}); is this the "
+            "evaluation YAML? It needs at least tasks and model sections (see docs/config.md)"
+        )
+    urls = [
+        key
+        for key, value in (
+            ("tasks.split_file", _get(data, "tasks", "split_file")),
+            ("experiment.dotenv", _get(data, "experiment", "dotenv")),
+            ("prompt.system_prompt_file", _get(data, "prompt", "system_prompt_file")),
+            ("prompt.prompt_texts_file", _get(data, "prompt", "prompt_texts_file")),
+            ("skills.path", _get(data, "skills", "path")),
+        )
+        if isinstance(value, str) and "://" in value
+    ]
+    if urls:
+        lines = [f"{label}: {key}: must be a local file path, not a URL; download the file and name it" for key in urls]
+        raise ConfigError("\n".join(lines), code="config-invalid", problems=lines)
     try:
         config = EvalConfig.model_validate(data)
     except ValidationError as exc:
@@ -299,8 +325,9 @@ def config_from_mapping(
     config._source = source
 
     if exp.dotenv is not None and not Path(exp.dotenv).is_file():
+        found = "is a directory, not a file" if Path(exp.dotenv).is_dir() else "file not found"
         raise ConfigError(
-            f"{label}: experiment.dotenv: file not found (got {json.dumps(exp.dotenv, ensure_ascii=False)}); create "
+            f"{label}: experiment.dotenv: {found} (got {json.dumps(exp.dotenv, ensure_ascii=False)}); create "
             "it or set experiment.dotenv: null",
             code="dotenv-missing",
         )
@@ -370,6 +397,9 @@ def load_config(path: str | Path) -> EvalConfig:
         ConfigError: unreadable YAML, unknown keys (valid keys listed), wrong types, out-of-range
             or contradictory values — one line per problem.
     """
+    if not str(path).strip():
+        # Path("") is the current folder: without this, `run ""` read "config file is a directory"
+        raise ConfigError("config path is empty; pass the evaluation YAML", code="input-missing")
     source = Path(path).expanduser().resolve()
     text = read_text_input(source, "config file", "check the path")
     try:

@@ -39,7 +39,7 @@ def parse_dotenv(path: Path) -> dict[str, str]:
     prefix is dropped from the name; the value loses surrounding whitespace and one layer of matching
     quotes. Stricter than §3.2 (issue 24), since a line it cannot read is a setting silently lost: a line
     without ``=``, a name that is no environment variable name (``MY KEY``, ``1X``), a value that opens a
-    quote it never closes, and a name given twice are refused.
+    quote it never closes, a value holding a NUL byte and a name given twice are refused.
 
     Raises:
         ConfigError: the file does not exist or is not UTF-8 (``dotenv-missing``), or a line breaks the
@@ -75,6 +75,9 @@ def parse_dotenv(path: Path) -> dict[str, str]:
         stripped = value.strip()
         if stripped[:1] in {'"', "'"} and (len(stripped) < 2 or stripped[-1] != stripped[0]):
             raise _invalid(path, number, f"the value of {name} opens a {stripped[0]} quote it never closes")
+        if "\x00" in value:
+            # no environment variable can hold a NUL byte: os.environ would raise ValueError at apply time
+            raise _invalid(path, number, f"the value of {name} holds a NUL byte, which no environment variable can")
         if name in first_line:
             again = f"{name} is set again (first at line {first_line[name]})"
             raise _invalid(path, number, again, "keep one of the two")

@@ -82,16 +82,28 @@ def _untrusted(exc: BaseException) -> str | None:
 
 def _reason(exc: BaseException) -> str | None:
     """A stable description of a transport failure (HTTP engines word their errors differently)."""
+    import ssl
+
     seen: set[int] = set()
+    chain: list[BaseException] = []
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    for link in chain:
+        # before the ConnectError wrapped around it: the server answered, but not with TLS (issue 24)
+        if isinstance(link, ssl.SSLError) and not isinstance(link, ssl.SSLCertVerificationError):
+            why = str(link.reason or link).lower().replace("_", " ")
+            return f"the TLS handshake failed ({why}); if the server speaks plain HTTP, use http://"
+    for exc in chain:
         # by name: the HTTP engine's TransportError.kind and httpx's classes use the same names
         kind = str(getattr(exc, "kind", None) or type(exc).__name__)
         if isinstance(exc, ConnectionError) or kind == "ConnectError":
             return "nothing answers there (connection refused or host unreachable)"
         if isinstance(exc, TimeoutError) or "Timeout" in kind:
             return "no answer in time (timed out)"
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        if kind == "RemoteProtocolError" and "without sending a response" in str(exc):
+            return "the server closed the connection without an HTTP answer; if it speaks HTTPS, use https://"
     return None
 
 

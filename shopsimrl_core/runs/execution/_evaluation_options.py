@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: `shopsimrl run` does not import httpx
     import httpx
 
+    from shopsimrl_core.runs.endpoints._preflight import PreflightReport
     from shopsimrl_core.runs.execution._progress import ProgressEvent
     from shopsimrl_core.runs.planning._plan import EvalPlan
     from shopsimrl_core.runs.storage._store import RunStore
@@ -109,6 +110,10 @@ class RunResult:
     attempts: int
     interrupted: bool = False
     warnings: list[str] = field(default_factory=list)
+    preflight: PreflightReport | None = None
+    """What this invocation's preflight saw (``/healthz``, the served models, the probe); None when it
+    ran without one (a custom ``episode_fn``, ``preflight=False``). Callers show it rather than asking
+    the servers again."""
 
     @property
     def exit_code(self) -> int:

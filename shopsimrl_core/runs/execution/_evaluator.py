@@ -319,6 +319,7 @@ async def _run_locked(
         attempts=tracker.attempts,
         interrupted=False,
         warnings=list(tracker.listener_errors),
+        preflight=report,
     )
 
 

@@ -136,6 +136,21 @@ def _fail(path: Path, where: str, message: str) -> ConfigError:
 #: the largest task id a split may hold (a signed 64-bit integer, as JSON libraries on the way read it)
 MAX_TASK_ID = 2**63 - 1
 
+#: the most ids a legacy ``start``/``end`` range may expand to: 40 times the real catalog (22,726 tasks),
+#: where ``end: 1000000000000`` would build a list of a trillion ints (MemoryError after minutes; issue 24)
+MAX_RANGE_IDS = 1_000_000
+
+
+def _json_type(value: Any) -> str:
+    """How a JSON document names the type of *value* (``null``, ``list``, ``string``, …), for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+
 
 def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -144,18 +159,25 @@ def _is_int(value: Any) -> TypeGuard[int]:
 def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskSplit:
     where = f"splits.{name}"
     if not isinstance(body, dict):
-        raise _fail(path, where, f"must be an object (got {type(body).__name__}); give task_ids or start/end")
+        raise _fail(path, where, f"must be an object (got {_json_type(body)}); give task_ids or start/end")
     if "task_ids" in body:
         raw_ids = body["task_ids"]
         if not isinstance(raw_ids, list):
             raise _fail(
-                path, f"{where}.task_ids", f"must be a list of non-negative ints (got {type(raw_ids).__name__})"
+                path, f"{where}.task_ids", f"must be a list of non-negative ints (got {_json_type(raw_ids)})"
             )
         ids = raw_ids
     elif "start" in body or "end" in body:
         start, end = body.get("start"), body.get("end")
         if not (_is_int(start) and _is_int(end)) or start < 0 or end < start:
             raise _fail(path, where, f"legacy range needs ints 0 <= start <= end (got start={start!r}, end={end!r})")
+        if end - start > MAX_RANGE_IDS:
+            raise _fail(
+                path,
+                where,
+                f"legacy range {start} … {end} would expand to {end - start} task ids, more than {MAX_RANGE_IDS:,}; "
+                "fix end, or list the ids in task_ids",
+            )
         ids = list(range(start, end))
     else:
         raise _fail(path, where, "has neither task_ids nor start/end; add one of them")
@@ -209,9 +231,10 @@ def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskS
 def load_split_file(path: str | Path) -> SplitFile:
     """Load and validate a split file.
 
-    Promises: ids are non-negative, unique ints in file order (legacy ranges expanded);
-    every declared ``task_ids_sha256`` and ``task_count`` matches; keys the format does not know are
-    ignored. (An empty split parses; planning a run on it is refused by ``build_plan``.)
+    Promises: ids are non-negative, unique ints in file order (legacy ranges expanded, at most
+    ``MAX_RANGE_IDS`` of them); every declared ``task_ids_sha256`` and ``task_count`` matches; keys the
+    format does not know are ignored; a leading UTF-8 byte-order mark is skipped. (An empty split parses;
+    planning a run on it is refused by ``build_plan``.)
 
     Raises:
         ConfigError: missing file, invalid JSON, or a split that breaks the rules above.
@@ -220,6 +243,8 @@ def load_split_file(path: str | Path) -> SplitFile:
 
     resolved = Path(path).resolve()
     text = read_text_input(resolved, "split file", "fix tasks.split_file")
+    # a byte-order mark (Windows editors write one) is no content: the .env and YAML readers skip it too
+    text = text.removeprefix("\ufeff")
     try:
         data = json.loads(text, object_pairs_hook=_KeyedObject.of)
     except json.JSONDecodeError as exc:
@@ -240,8 +265,15 @@ def load_split_file(path: str | Path) -> SplitFile:
             where or "(top level)",
             f"duplicate key {key!r}; JSON readers keep only one of them, so the file says two things — keep one",
         )
-    if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
-        raise ConfigError(f"{resolved}: splits: must be an object mapping split names to splits", code="split-invalid")
+    if not isinstance(data, dict):
+        shape = '{"splits": {<name>: {"task_ids": [...]}}}'
+        raise _fail(resolved, "(top level)", f"must be an object {shape} (got {_json_type(data)}); restore the file")
+    if not isinstance(data.get("splits"), dict):
+        problem = f"must be an object mapping split names to splits (got {_json_type(data.get('splits'))})"
+        bare = [v for v in data.values() if isinstance(v, dict) and ("task_ids" in v or "start" in v)]
+        if "splits" not in data and bare:
+            problem += '; the splits sit at the top level — nest them under "splits"'
+        raise _fail(resolved, "splits", problem)
     version = data.get("version")
     version = None if version is None else str(version)
     splits = {str(name): _parse_split(resolved, str(name), body, version) for name, body in data["splits"].items()}

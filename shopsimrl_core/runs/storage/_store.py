@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from shopsimrl_core._errors import RunLockedError, TraceFormatError
+from shopsimrl_core._errors import RunLockedError, ShopSimRLError, TraceFormatError
 from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core._versions import INVOCATION_SCHEMA, MANIFEST_SCHEMA
 from shopsimrl_core.adapters._json import dumps_line, loads
@@ -93,9 +93,17 @@ class RunStore:
 
         Raises:
             RunLockedError: another live process holds the lock; the message names it.
+            ShopSimRLError: ``path-wrong-type`` when a file stands where the run folder belongs.
         """
         if self._lock_fd is not None:
             return
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            # mkdir would fail with a bare "File exists" (exit 8); say what stands there (exit 6)
+            raise ShopSimRLError(
+                f"{self.run_dir}: the run folder is a file, not a directory; move the file away or use another "
+                "experiment.name",
+                code="path-wrong-type",
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         refuse_symlinks(self.run_dir)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -260,19 +268,33 @@ class RunStore:
         try:
             # A plan of a million jobs is ~70 MB of JSON: orjson, the stdlib deciding whatever it refuses
             manifest = loads(text.encode("utf-8"))
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
+            # UnicodeDecodeError too: the stdlib fallback guesses UTF-16 for bytes that start with a NUL
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON text"
             raise TraceFormatError(
-                f"{self.manifest_path}: not valid JSON ({exc.msg}); restore it from backup", code="manifest-invalid"
+                f"{self.manifest_path}: not valid JSON ({why}); restore it from backup", code="manifest-invalid"
             ) from None
-        if not isinstance(manifest, dict) or manifest.get("schema_version") != MANIFEST_SCHEMA:
-            got = manifest.get("schema_version") if isinstance(manifest, dict) else type(manifest).__name__
+        if not isinstance(manifest, dict):
+            kind = {list: "list", str: "string", bool: "boolean"}.get(type(manifest), "number")
+            shown = "null" if manifest is None else f"a JSON {kind}"
+            raise TraceFormatError(
+                f"{self.manifest_path}: is {shown}, not a manifest object; this directory was not written by shopsimrl "
+                "(or the file was damaged) — restore it from backup or use another experiment.name",
+                code="manifest-invalid",
+            )
+        if manifest.get("schema_version") != MANIFEST_SCHEMA:
+            got = manifest.get("schema_version")
             raise TraceFormatError(
                 f"{self.manifest_path}: schema_version {got!r} is not {MANIFEST_SCHEMA!r}; this directory was not "
                 "written by shopsimrl",
                 code="manifest-invalid",
             )
         if not isinstance(manifest.get("plan"), dict):
-            raise TraceFormatError(f"{self.manifest_path}: plan: must be an object", code="manifest-invalid")
+            raise TraceFormatError(
+                f"{self.manifest_path}: plan: missing or not an object; the file was damaged — restore it from backup "
+                "or use another experiment.name",
+                code="manifest-invalid",
+            )
         return manifest
 
     def has_content(self) -> bool:
