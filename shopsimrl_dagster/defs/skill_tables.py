@@ -138,13 +138,14 @@ def snapshot_skill_table(
 
 
 def noise_metadata(contributions: dict[str, Any], *, selected_only: bool = False) -> dict[str, Any]:
-    """Gate A's selection rule and noise bar as metadata entries, and how many chunks are within noise.
+    """A gate's selection rule and noise bar as metadata entries, and which selected chunks are within noise.
 
     ``selection_rule`` is the core's ``estimator.selection_rule``; ``noise_bar`` (and its median,
     ``noise_bar_median_max_abs``) the sign-flip bar of ``estimates.reward``. With *selected_only*
     (the snapshot) the count is over the selected chunks (``skills_within_noise``), otherwise over
     all chunks (``chunks_within_noise``) and the selected ones (``selected_within_noise``);
-    ``noise_note`` says it in one sentence.
+    ``noise_note`` says it in one sentence and names the noise-level selections. Gate A's and the
+    online gate's contributions alike (rows by ``chunk_id`` or ``intervention_id``).
     """
     bar = contributions["estimates"]["reward"].get("noise_bar")
     rows = contributions["contributions"]
@@ -153,23 +154,25 @@ def noise_metadata(contributions: dict[str, Any], *, selected_only: bool = False
     if not bar:
         out["noise_note"] = "no noise bar: the gate ran without sign-flip samples"
         return out
-    noisy_selected = sum(c.get("within_noise") is True for c in selected)
+    # The verdict first, naming the noise-level selections (Gate A chunks, online interventions); the bar's
+    # numbers and method after it, so the page shows which selected skills no effect could have produced.
+    noisy = [str(c.get("chunk_id", c.get("intervention_id"))) for c in selected if c.get("within_noise") is True]
+    out["noise_note"] = (
+        f"{len(noisy)} of {len(selected)} selected chunks within noise ({', '.join(noisy)}: |beta| <= noise bar "
+        f"{bar['noise_bar']:.4f}): indistinguishable from what no effect produces"
+        if noisy
+        else f"no selected chunk within noise (noise bar {bar['noise_bar']:.4f})"
+    )
+    if selected_only:
+        out["skills_within_noise"] = len(noisy)
+    else:
+        out["chunks_within_noise"] = sum(c.get("within_noise") is True for c in rows)
+        out["selected_within_noise"] = len(noisy)
     out.update(
         {
             "noise_bar": float(bar["noise_bar"]),
             "noise_bar_median_max_abs": float(bar["median_max_abs"]),
             "noise_bar_method": dg.MetadataValue.json(bar),
         }
-    )
-    if selected_only:
-        out["skills_within_noise"] = noisy_selected
-    else:
-        out["chunks_within_noise"] = sum(c.get("within_noise") is True for c in rows)
-        out["selected_within_noise"] = noisy_selected
-    out["noise_note"] = (
-        f"{noisy_selected} of {len(selected)} selected chunks within noise (|beta| <= noise bar "
-        f"{bar['noise_bar']:.4f}): indistinguishable from what no effect produces"
-        if noisy_selected
-        else f"no selected chunk within noise (noise bar {bar['noise_bar']:.4f})"
     )
     return out

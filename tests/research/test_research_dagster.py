@@ -134,6 +134,12 @@ def test_a_round_is_one_backfill_on_the_sandbox(sandbox, analyst, train_run, tmp
     manifest = json.loads((round_dir / "online_gate" / "online_gate_manifest.json").read_text())
     assert manifest["schema_version"] == "shopsimrl-online-validation-gate-v2"
     assert gate["selected"].value  # the seeded sandbox policy gives these chunks positive effects
+    contributions = json.loads((round_dir / "online_gate" / "contributions.json").read_text())
+    # the rule in use, as skill_gate shows Gate A's (published by default)
+    assert gate["selection_rule"].value == contributions["estimator"]["selection_rule"] == (
+        "rewrite_winners_then_strictly_positive_top_k")
+    assert gate["noise_bar"].value == contributions["estimates"]["reward"]["noise_bar"]["noise_bar"]
+    assert gate["chunks_within_noise"].value == sum(c["within_noise"] for c in contributions["contributions"])
     bank_meta, curriculum_meta = meta["round_selected_bank"], meta["round_curriculum"]
     assert curriculum_meta["bank_sha256"].value == bank_meta["bank_sha256"].value
     state = json.loads((round_dir / "curriculum.json").read_text())
