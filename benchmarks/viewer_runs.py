@@ -232,10 +232,12 @@ def measure(root: Path, n: int, proto: Path, repeats: int, reference: Path | Non
 
 def _row(label: str, n: int, r: dict[str, Any]) -> str:
     e = r["episode_during_cold_list"]
+    warm_cpu = statistics.median(r["warm_server_cpu_s"])
     return (
-        f"| {label} | {n:,} | {r['cold']['s']:.3f} | {r['warm_median_s']:.3f} | {r['last_page_cold']['s']:.3f} / "
-        f"{r['last_page_warm_median_s']:.3f} | {r['new_run']['s']:.3f} | {e['episode_s']:.3f} "
-        f"({'before' if e['episode_first'] else 'after'} the list, {e['list_s']:.3f}) | {r['page_bytes'] // 1024} KB |"
+        f"| {label} | {n:,} | {r['cold']['s']:.3f} ({r['cold']['server_cpu_s']:.2f}) | {r['warm_median_s']:.3f} "
+        f"({warm_cpu:.2f}) | {r['last_page_cold']['s']:.3f} / {r['last_page_warm_median_s']:.3f} "
+        f"| {r['new_run']['s']:.3f} | {e['episode_s']:.3f} ({'before' if e['episode_first'] else 'after'} the list, "
+        f"{e['list_s']:.3f}) | {r['page_bytes'] // 1024} KB |"
     )
 
 
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {},
     }
     lines = [
-        "| viewer | runs | cold `/` s | warm `/` s | last page cold / warm s | after a new run s "
+        "| viewer | runs | cold `/` s (server CPU s) | warm `/` s (CPU) | last page cold / warm s | after a new run s "
         "| episode page during a cold list s | page |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -121,10 +121,15 @@ class ViewerRoots:
         """The run directories as last listed, without checking for changes (scanned if never listed).
 
         For what may be a little stale — the "same task in" links of an episode page — so that such a
-        page never waits for a rescan another request started.
+        page never waits for a rescan (only, once, for the viewer's first scan).
         """
         listing = self._listing
-        return list(listing.runs) if listing is not None else self.runs()
+        if listing is None:
+            with self._lock:  # the first listing, maybe scanned meanwhile by the request holding the lock
+                if self._listing is None:
+                    self._listing = _Listing.scan(self._roots)
+                listing = self._listing
+        return list(listing.runs)
 
 
 class _Listing:
