@@ -35,6 +35,11 @@ __all__ = [
     "OWN_ACTION_PROTOCOL_EN",
     "OWN_SKILL_RENDERER_VERSION_EN",
     "PROMPT_TEXTS_SCHEMA",
+    "JOB_PLAN_SCHEMA",
+    "SUITE_PROGRESS_SCHEMA",
+    "BEST_CHECKPOINT_SCHEMA",
+    "SKILLBANK_POINTER_SCHEMA",
+    "CHECKPOINT_ENTRY_SCHEMA",
 ]
 
 TRACE_SCHEMA = "shopsimrl-episode-v4"
@@ -90,3 +95,11 @@ CANDIDATE_POOL_SCHEMA = "shopsimrl-skill-candidate-pool-v1"
 ONLINE_GATE_MANIFEST_SCHEMA = "shopsimrl-online-validation-gate-v2"
 ONLINE_ASSIGNMENTS_SCHEMA = "shopsimrl-online-skill-assignments-v1"
 ONLINE_CONTRIBUTIONS_SCHEMA = "shopsimrl-online-chunk-contributions-v2"
+
+# Files of the Dagster layer (shopsimrl_dagster). The job plan always carried its version; the others
+# gained ``schema_version`` as an additive first key (readers accept files written without it).
+JOB_PLAN_SCHEMA = "shopsimrl-suite-job-plan-v1"
+SUITE_PROGRESS_SCHEMA = "shopsimrl-suite-progress-v1"
+BEST_CHECKPOINT_SCHEMA = "shopsimrl-best-checkpoint-v1"
+SKILLBANK_POINTER_SCHEMA = "shopsimrl-skillbank-pointer-v1"
+CHECKPOINT_ENTRY_SCHEMA = "shopsimrl-checkpoint-entry-v1"

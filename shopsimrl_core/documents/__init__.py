@@ -22,6 +22,13 @@ _EXPORTS: dict[str, str] = {
     "RunManifest": "_runs",
     "StepRecord": "_runs",
     "TraceRecord": "_runs",
+    "InvocationRecord": "_ledgers",
+    "TestAccessEntry": "_ledgers",
+    "BestCheckpoint": "_pipeline",
+    "CheckpointEntry": "_pipeline",
+    "SkillBankPointer": "_pipeline",
+    "SuiteJobPlan": "_pipeline",
+    "SuiteProgress": "_pipeline",
     "CandidatePool": "_skills",
     "ChunkContributions": "_skills",
     "GateAManifest": "_skills",
@@ -39,6 +46,13 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
     from shopsimrl_core.documents._base import Document as Document
     from shopsimrl_core.documents._base import DocumentError as DocumentError
+    from shopsimrl_core.documents._ledgers import InvocationRecord as InvocationRecord
+    from shopsimrl_core.documents._ledgers import TestAccessEntry as TestAccessEntry
+    from shopsimrl_core.documents._pipeline import BestCheckpoint as BestCheckpoint
+    from shopsimrl_core.documents._pipeline import CheckpointEntry as CheckpointEntry
+    from shopsimrl_core.documents._pipeline import SkillBankPointer as SkillBankPointer
+    from shopsimrl_core.documents._pipeline import SuiteJobPlan as SuiteJobPlan
+    from shopsimrl_core.documents._pipeline import SuiteProgress as SuiteProgress
     from shopsimrl_core.documents._registry import DOCUMENTS as DOCUMENTS
     from shopsimrl_core.documents._registry import document_for as document_for
     from shopsimrl_core.documents._runs import CheckpointComparison as CheckpointComparison

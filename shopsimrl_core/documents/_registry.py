@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from shopsimrl_core.documents._base import Document, DocumentError
+from shopsimrl_core.documents._ledgers import InvocationRecord, TestAccessEntry
+from shopsimrl_core.documents._pipeline import (
+    BestCheckpoint,
+    CheckpointEntry,
+    SkillBankPointer,
+    SuiteJobPlan,
+    SuiteProgress,
+)
 from shopsimrl_core.documents._runs import CheckpointComparison, EvalSummary, RunManifest, TraceRecord
 from shopsimrl_core.documents._skills import (
     CandidatePool,
@@ -26,7 +34,8 @@ DOCUMENTS: dict[str, type[Document]] = {
     for model in (
         TraceRecord, RunManifest, EvalSummary, CheckpointComparison, SkillBank, SkillCandidates, InitialDraft,
         CandidatePool, MaskAssignments, OnlineAssignments, ChunkContributions, OnlineContributions, GateAManifest,
-        OnlineGateManifest,
+        OnlineGateManifest, InvocationRecord, TestAccessEntry, SuiteJobPlan, SuiteProgress, BestCheckpoint,
+        SkillBankPointer, CheckpointEntry,
     )
 }
 """``schema_version`` → the model of that document."""

@@ -114,3 +114,55 @@ def test_a_sandbox_run_round_trips_byte_for_byte(tmp_path: Path, sandbox: Any) -
     for name, model in (("manifest.json", RunManifest), ("summary.json", EvalSummary)):
         text = (run / name).read_text(encoding="utf-8")
         assert dumps_pretty(model.parse(json.loads(text), name).to_json()) == text
+
+
+# Files of the Dagster layer that had no schema_version before: a file written then, as it was written.
+_BEFORE_SCHEMA_VERSION: dict[str, dict[str, Any]] = {
+    "shopsimrl-suite-progress-v1": {"suite": "val", "points": [{
+        "checkpoint_id": "c-1", "step": 1, "episodes": 60, "reward": 0.4, "reward_low": 0.3, "reward_high": 0.55,
+        "success_rate": 0.38, "success_low": 0.27, "success_high": 0.51, "tasks": None,
+        "design": "60 episodes, 1 per task", "reward_interval": "percentile_bootstrap 95%",
+        "success_interval": "Wilson 95%, n=60", "vs_previous": None}]},
+    "shopsimrl-best-checkpoint-v1": {
+        "metric": "reward",
+        "best": {"checkpoint_id": "c-1", "step": 1, "reward_mean": 0.4, "reward_ci": None, "success_rate": 0.38,
+                 "success_ci": None},
+        "runner_up": None, "difference": None, "distinguishable": None, "ranking": []},
+    "shopsimrl-skillbank-pointer-v1": {"checkpoint_id": "c-1", "path": "/runs/skillbanks/skillbank-ab.json",
+                                       "bank_sha256": "ab", "bank_version": "cold-start-gate-a-selected-v2",
+                                       "skill_ids": ["chunk-1"]},
+    "shopsimrl-checkpoint-entry-v1": {"checkpoint_id": "grpo-4b-step-000400", "step": 400,
+                                      "served_model": "grpo-4b-step400", "endpoint": "http://gpu-3:30000/v1"},
+}
+
+
+@pytest.mark.parametrize("version", sorted(_BEFORE_SCHEMA_VERSION))
+def test_dagster_files_without_schema_version_still_parse(version: str) -> None:
+    model, before = DOCUMENTS[version], _BEFORE_SCHEMA_VERSION[version]
+    # Read as it was written, written back unchanged (schema_version is not invented on a re-write).
+    assert _same_with_order(model.parse(before, "old.json").to_json(), before)
+    # Written now: schema_version first, then the same keys in the same order.
+    now = model.parse({"schema_version": version, **before}).to_json()
+    assert list(now) == ["schema_version", *before] and type(document_for(now)) is model
+    with pytest.raises(DocumentError, match=rf"^new\.json: .*schema_version is '{version[:-1]}9'"):
+        model.parse({"schema_version": version[:-1] + "9", **before}, "new.json")
+
+
+def test_a_job_plan_always_names_its_version() -> None:
+    from shopsimrl_core.documents import SuiteJobPlan
+
+    plan = {"schema_version": "shopsimrl-suite-job-plan-v1", "suite": "val",
+            "split": {"name": "val", "split_version": None, "task_ids_sha256": "53ee", "role": "val", "task_count": 2},
+            "guarded": False, "seed": 20260830, "sample_size": None, "repeats": 1, "episodes": 1,
+            "jobs_fingerprint": "6a6e", "jobs": [{"task_id": 6, "sample_id": 0, "seed": 3350035682, "split": "val"}]}
+    assert _same_with_order(SuiteJobPlan.parse(plan).to_json(), plan)
+    with pytest.raises(DocumentError, match=r"^_plans/val\.json: suite job plan: schema_version: required field"):
+        SuiteJobPlan.parse({k: v for k, v in plan.items() if k != "schema_version"}, "_plans/val.json")
+    with pytest.raises(DocumentError, match=r"jobs\.0\.task_id"):
+        SuiteJobPlan.parse({**plan, "jobs": [{**plan["jobs"][0], "task_id": "6"}]}, "_plans/val.json")
+
+
+def test_the_schemas_readme_names_every_document() -> None:
+    readme = (REPO / "docs" / "schemas" / "README.md").read_text(encoding="utf-8")
+    missing = [v for v in DOCUMENTS if f"`{v}.schema.json`" not in readme]
+    assert missing == [], f"docs/schemas/README.md has no row for {missing}"
