@@ -654,9 +654,10 @@ def serve(
     try:
         sock = socket.create_server((host, port), family=family)
     except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ShopSimRLError(
-            f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); pass a free port, "
-            "or --port 0 to take any free one",
+            f"--host {host} --port {port}: cannot listen there ({reason}); pass a free port (--port 0 takes "
+            "any free one) and an address of this machine as --host (default 127.0.0.1)",
             code="view-port-unavailable",
         ) from exc
     bound = sock.getsockname()[1]

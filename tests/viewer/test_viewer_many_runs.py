@@ -229,3 +229,36 @@ def test_a_new_run_folder_is_listed_though_the_listing_is_kept(tmp_path: Path, v
     shutil.copytree(root / "val" / "first", root / "train" / "third")
     assert listed() == ["train/third", "val/first", "val/second"]
     assert json.loads((root / "train" / "third" / "summary.json").read_text())["counts"]["completed"] == 3
+
+
+def test_run_names_and_the_query_are_escaped_on_the_run_list(tmp_path: Path, viewer_for) -> None:
+    root = tmp_path / "runs"
+    planted = "<img src=x onerror=alert(1)>"
+    _prototype(root / "val" / planted)
+    _prototype(root / "val" / "plain")
+    base = viewer_for([root]).base_url
+    page = httpx.get(base + "/", params={"q": "<script>alert(2)</script>", "per": "1"}, timeout=None, trust_env=False)
+    assert page.status_code == 200 and "<script>alert(2)" not in page.text and "&lt;script&gt;alert(2)" in page.text
+    listed = httpx.get(base + "/", params={"per": "1"}, timeout=None, trust_env=False).text
+    assert planted not in listed and html.escape(planted, quote=True) in listed  # the row and the compare form
+    assert _field(listed, "runs-total") == 2 and len(_runs_on(listed)) == 1
+    assert _runs_on(httpx.get(base + "/", params={"q": "IMG SRC"}, timeout=None, trust_env=False).text) == [
+        f"val/{planted}"
+    ]
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    from testkit.deadlines import run_watched
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_watched([sys.executable, "-m", "shopsimrl_core.cli._main", "view", str(tmp_path), "--port",
+                            str(port)], stall_seconds=STALL_S)
+    assert done.returncode == 2, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "error[view-port-unavailable]" in lines[0] and f"--port {port}" in lines[0], lines
+    assert "--port 0" in lines[0] and "shopsimrl view: http" not in done.stdout
