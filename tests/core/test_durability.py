@@ -18,6 +18,9 @@ from shopsimrl_core.runs.storage._store import RunStore
 
 @pytest.fixture
 def fsync_spy(monkeypatch: pytest.MonkeyPatch):
+    # Rounds left by earlier tests (their commit windows may still be open) finish first, so only this
+    # test's rounds reach the spy: on a loaded machine a late round once showed up as a second call.
+    assert _durability.wait_durable(60) is True
     calls: list[str] = []
     gate = threading.Event()
     gate.set()
