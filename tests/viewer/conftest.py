@@ -54,12 +54,6 @@ def val_runs(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Path:
     return folder / "runs"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class ViewerServer:
     """``shopsimrl view`` served by uvicorn in a thread on an ephemeral loopback port."""
 
@@ -68,13 +62,13 @@ class ViewerServer:
 
         from shopsimrl_core.viewer import create_app
 
-        self.port = free_port()
+        # The socket is bound here and handed to uvicorn: no window in which another test takes the port.
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._socket.getsockname()[1])
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app([str(r) for r in roots]), host="127.0.0.1", port=self.port, log_level="warning", access_log=False
-        )
+        config = uvicorn.Config(create_app([str(r) for r in roots]), log_level="warning", access_log=False)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 
     def __enter__(self) -> ViewerServer:
         self._thread.start()
@@ -87,6 +81,7 @@ class ViewerServer:
     def __exit__(self, *exc: Any) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self._socket.close()
 
 
 @pytest.fixture
