@@ -95,7 +95,8 @@ class _AssignedSkills:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._identity))
+        copy: dict[str, Any] = json.loads(json.dumps(self._identity))
+        return copy
 
     def _assigned(self, context: dict[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
         key = (context.get("split"), context.get("task_id"), context.get("sample_id"))

@@ -41,8 +41,6 @@ from shopsimrl_core.skills._gate import (
     PairedDesign,
     Runner,
     _AssignedSkills,
-    _gate_error,
-    _load_json,
     _noise_fields,
     _now,
     finish_gate,
@@ -56,6 +54,7 @@ from shopsimrl_core.skills._gate import (
     run_summary,
     top_k,
 )
+from shopsimrl_core.skills._pairing import _gate_error, _load_json
 
 __all__ = [
     "GateAConfig",

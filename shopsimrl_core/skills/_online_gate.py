@@ -32,8 +32,6 @@ from shopsimrl_core.skills._gate import (
     PairedDesign,
     Runner,
     _AssignedSkills,
-    _gate_error,
-    _load_json,
     _noise_fields,
     _now,
     finish_gate,
@@ -47,6 +45,7 @@ from shopsimrl_core.skills._gate import (
     run_summary,
     top_k,
 )
+from shopsimrl_core.skills._pairing import _gate_error, _load_json
 from shopsimrl_core.skills._pool import build_candidate_pool, online_slots, validate_pool
 
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def _load_json(path: Path, what: str, model: type[Document] | None = None) -> di
             value = model.parse(value, str(path)).to_json()
         except DocumentError as exc:
             raise _gate_error(str(exc), code="gate-input") from None
-    return value
+    document: dict[str, Any] = value
+    return document
 
 
 # --------------------------------------------------------------------------- validation traces
@@ -159,7 +161,7 @@ def preflight_bare_run(bare_run_dir: str | Path, gate_plan: dict[str, Any], *, s
         raise _gate_error(
             f"bare validation run has skills {plan.get('skills')}; it must be skill-free", code="gate-preflight"
         )
-    compared = {
+    compared: dict[str, Callable[[dict[str, Any]], Any]] = {
         "model": lambda p: _without(p.get("model"), "transport"),
         "prompt": lambda p: p.get("prompt"),
         "runtime": lambda p: _without(p.get("runtime"), "concurrency"),

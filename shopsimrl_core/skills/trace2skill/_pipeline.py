@@ -286,7 +286,7 @@ async def _compile(cfg: Trace2SkillConfig, out: Path, clusters: Sequence[dict[st
     fp = fingerprint({"stage": "compiler", "prompts_sha256": PROMPTS_SHA256, "model": model.identity,
                       "cap": cfg.validation_dimension_cap, "clusters": list(clusters)})
     if cfg.resume and path.is_file():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         if stored.get("input_fingerprint") == fp:
             return stored
     try:
