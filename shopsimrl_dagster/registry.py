@@ -15,7 +15,9 @@ server for such a checkpoint's run (docs/pipeline.md, "Serving checkpoints")::
      "base_model": "Qwen/Qwen3-4B"}
 
 Relative local paths resolve against the registry folder. The file name is free; the id inside is
-what counts. A sensor turns new entries into Dagster partitions.
+what counts. ``schema_version`` (``shopsimrl-checkpoint-entry-v1``, the ``CheckpointEntry`` document)
+is optional: the CLI writes it first, an entry without it is read as that version. A sensor turns
+new entries into Dagster partitions.
 
 Command line (what a training job calls after it has saved, or started serving, a checkpoint)::
 
@@ -38,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shopsimrl_core import ConfigError, write_json_atomic
+from shopsimrl_core.documents import CheckpointEntry
 
 __all__ = [
     "Checkpoint",
@@ -49,7 +52,17 @@ __all__ = [
 ]
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_KEYS = ("checkpoint_id", "step", "served_model", "endpoint", "weights", "adapter", "base_model", "registered_at")
+_KEYS = (
+    "schema_version",
+    "checkpoint_id",
+    "step",
+    "served_model",
+    "endpoint",
+    "weights",
+    "adapter",
+    "base_model",
+    "registered_at",
+)
 
 
 @dataclass(frozen=True, order=False)
@@ -104,6 +117,15 @@ def _parse(path: Path, data: Any) -> Checkpoint:
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise _bad(path, unknown[0], f"unknown key; valid keys: {', '.join(_KEYS)}")
+    # Entries written by hand or by older versions have no schema_version: they are this version.
+    version = data.get("schema_version", CheckpointEntry.SCHEMA)
+    if version != CheckpointEntry.SCHEMA:
+        raise _bad(
+            path,
+            "schema_version",
+            f"is {version!r}; this reader accepts {CheckpointEntry.SCHEMA!r} or none "
+            "(register it with the matching shopsimrl version)",
+        )
     checkpoint_id = data.get("checkpoint_id")
     if not isinstance(checkpoint_id, str) or not _ID_PATTERN.match(checkpoint_id):
         raise _bad(
@@ -131,15 +153,17 @@ def _parse(path: Path, data: Any) -> Checkpoint:
             raise _bad(
                 path, "endpoint", f"must be an http(s) URL such as http://gpu-3:30000/v1, or null (got {endpoint!r})"
             )
+    # The rules above are stricter than the model's types, so this parse cannot fail on its own.
+    entry = CheckpointEntry.parse(data, str(path))
     return Checkpoint(
-        checkpoint_id=checkpoint_id,
-        step=step,
-        served_model=data.get("served_model"),
-        endpoint=data.get("endpoint"),
-        weights=_local(path, data.get("weights")),
-        adapter=_local(path, data.get("adapter")),
-        base_model=_local(path, data.get("base_model")),
-        registered_at=data.get("registered_at"),
+        checkpoint_id=entry.checkpoint_id,
+        step=entry.step,
+        served_model=entry.served_model,
+        endpoint=entry.endpoint,
+        weights=_local(path, entry.weights),
+        adapter=_local(path, entry.adapter),
+        base_model=_local(path, entry.base_model),
+        registered_at=entry.registered_at,
     )
 
 
@@ -232,7 +256,8 @@ def register_checkpoint(folder: str | Path, checkpoint: Checkpoint) -> Path:
                 "checkpoint_id",
                 f"{entry.checkpoint_id!r} is already registered with other values; use a new id",
             )
-    return write_json_atomic(target, entry.to_dict())
+    document = CheckpointEntry.parse({"schema_version": CheckpointEntry.SCHEMA, **entry.to_dict()}, str(target))
+    return write_json_atomic(target, document.to_json())
 
 
 def latest_checkpoint(checkpoints: Iterable[Checkpoint]) -> Checkpoint | None:
@@ -269,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         folder = Path(args.registry) if args.registry else load_pipeline_settings().checkpoint_registry
         if args.verb == "add":
+
             def absolute(value: str | None) -> str | None:
                 # Paths given on the command line are the caller's (its working directory), not the registry's.
                 if value is None or "://" in value or not Path(value).expanduser().exists():

@@ -66,7 +66,9 @@ def build_checkpoint_comparison(
                 bootstrap_seed=options.bootstrap_seed,
                 confidence_level=options.confidence_level,
             )
-        out = core.write_json_atomic(run_dir / f"comparison_vs_{baseline}.json", comparison)
+        out = run_dir / f"comparison_vs_{baseline}.json"
+        with as_failure():
+            core.write_json_atomic(out, core.CheckpointComparison.parse(comparison, str(out)).to_json())
         metrics = comparison["paired"]["metrics"]
         rows = []
         metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": int(comparison["paired"]["pairs"])}

@@ -13,13 +13,14 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import SuiteJobPlan
 
 from .failures import as_failure
 from .resources import EvaluationSuites, RunStorage
 
 __all__ = ["JOB_PLAN_SCHEMA", "PLANS_GROUP", "FROZEN_SPLIT", "JOB_PLAN", "build_plan_assets"]
 
-JOB_PLAN_SCHEMA = "shopsimrl-suite-job-plan-v1"
+JOB_PLAN_SCHEMA = SuiteJobPlan.SCHEMA
 PLANS_GROUP = "plans"
 FROZEN_SPLIT = dg.AssetKey("frozen_split")
 JOB_PLAN = dg.AssetKey("job_plan")
@@ -100,8 +101,8 @@ def build_plan_assets() -> list[dg.AssetsDefinition]:
                 )
             ]
             jobs_fingerprint = core.fingerprint(jobs)
-            core.write_json_atomic(
-                run_storage.plan_path(name),
+            plan_path = run_storage.plan_path(name)
+            plan = SuiteJobPlan.parse(
                 {
                     "schema_version": JOB_PLAN_SCHEMA,
                     "suite": name,
@@ -114,7 +115,9 @@ def build_plan_assets() -> list[dg.AssetsDefinition]:
                     "jobs_fingerprint": jobs_fingerprint,
                     "jobs": jobs,
                 },
+                str(plan_path),
             )
+            core.write_json_atomic(plan_path, plan.to_json())
             rows.append(
                 dg.TableRecord(
                     {

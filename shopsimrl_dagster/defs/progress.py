@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import SuiteProgress
 
 from ..report import comparison_point, metadata_float, progress_points, progress_table, write_progress_chart
 from .optional import optional_asset
@@ -64,7 +65,9 @@ def build_progress(
         chart = write_progress_chart(
             out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
         )
-        core.write_json_atomic(out_dir / "progress.json", {"suite": name, "points": points})
+        saved = out_dir / "progress.json"
+        document = {"schema_version": SuiteProgress.SCHEMA, "suite": name, "points": points}
+        core.write_json_atomic(saved, SuiteProgress.parse(document, str(saved)).to_json())
         latest = points[-1]
         yield dg.MaterializeResult(
             asset_key=progress_key,

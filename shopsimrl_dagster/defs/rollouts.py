@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import SuiteJobPlan
 
 from ..eval_config import write_eval_config
 from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, is_true
@@ -22,7 +23,7 @@ from .failures import as_failure
 from .partitions import checkpoints
 from .plans import JOB_PLAN
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
-from .run_files import read_json_object, viewer_run_url
+from .run_files import read_document, read_json_object, viewer_run_url
 
 __all__ = ["ROLLOUT_RETRY_POLICY", "build_rollout_traces"]
 
@@ -174,12 +175,14 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
             )
         audit = core.audit_traces(result.traces_path)
         manifest = read_json_object(run_dir / "manifest.json")
+        with as_failure():  # a plan file that is not a job plan: one line naming the file and the field
+            job_plan = read_document(run_storage.plan_path(name), SuiteJobPlan)
         check_results = rollout_check_results(
             asset_key=rollout_key,
             coverage=result.summary.get("counts", {}).get("coverage"),
             audit=audit,
             manifest=manifest,
-            job_plan=read_json_object(run_storage.plan_path(name)),
+            job_plan=None if job_plan is None else job_plan.to_json(),
             guarded=split.guarded,
             ledger_path=config.test_access_ledger_path,
             run_dir=run_dir,

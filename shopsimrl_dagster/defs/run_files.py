@@ -2,12 +2,16 @@
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from shopsimrl_core.documents import Document
 
 from ..settings import PipelineSettings
 from .resources import RunStorage
 
-__all__ = ["read_json_object", "viewer_run_url"]
+__all__ = ["read_document", "read_json_object", "viewer_run_url"]
+
+_D = TypeVar("_D", bound=Document)
 
 
 def viewer_run_url(settings: PipelineSettings, run_storage: RunStorage, suite: str, checkpoint_id: str) -> str:
@@ -22,3 +26,13 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def read_document(path: Path, model: type[_D]) -> _D | None:
+    """The document in *path* read through *model*, or None when the file is missing or not a JSON object.
+
+    Raises:
+        DocumentError: the object does not follow the model's format (one line naming the file and field).
+    """
+    value = read_json_object(path)
+    return None if value is None else model.parse(value, str(path))

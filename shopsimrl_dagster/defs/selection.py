@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import BestCheckpoint
 
 from ..registry import Checkpoint
 from ..settings import ComparisonSettings
@@ -135,7 +136,9 @@ def build_best_checkpoint_asset(name: str, group: str, summary_key: dg.AssetKey)
         if found is None:
             context.log.info(f"best_checkpoint not materialized: no checkpoint has a {name} summary yet")
             return
-        out = core.write_json_atomic(run_storage.progress_dir(name) / "best_checkpoint.json", found)
+        out = run_storage.progress_dir(name) / "best_checkpoint.json"
+        document = BestCheckpoint.parse({"schema_version": BestCheckpoint.SCHEMA, **found}, str(out))
+        core.write_json_atomic(out, document.to_json())
         best, runner_up, difference = found["best"], found["runner_up"], found["difference"]
         verdict = (
             "only one evaluated checkpoint"

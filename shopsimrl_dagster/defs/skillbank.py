@@ -12,7 +12,7 @@ import dagster as dg
 
 import shopsimrl_core as core
 from shopsimrl_core import check_text, load_skillbank, snapshot_skillbank
-from shopsimrl_core.documents import ChunkContributions
+from shopsimrl_core.documents import ChunkContributions, SkillBankPointer
 
 from .checks import check_result
 from .failures import as_failure
@@ -80,16 +80,19 @@ def build_skillbank_snapshot(group: str) -> dg.AssetsDefinition:
             and content_ok
             and not leaks
         )
-        pointer = core.write_json_atomic(
-            run_storage.skills_dir(checkpoint_id) / "snapshot.json",
+        pointer = run_storage.skills_dir(checkpoint_id) / "snapshot.json"
+        document = SkillBankPointer.parse(
             {
+                "schema_version": SkillBankPointer.SCHEMA,
                 "checkpoint_id": checkpoint_id,
                 "path": str(snap.path),
                 "bank_sha256": snap.bank_sha256,
                 "bank_version": snap.bank_version,
                 "skill_ids": snap.skill_ids,
             },
+            str(pointer),
         )
+        core.write_json_atomic(pointer, document.to_json())
         contributions = _gate_contributions(run_storage.gate_dir(checkpoint_id), reloaded, context)
         rows, schema = snapshot_skill_table(reloaded["skills"], contributions)
         rel = (
