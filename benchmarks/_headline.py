@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: client_shape rows README quotes: CPU per step ratio; steps/s ratio too where True
+#: client_shape rows README quotes (_shape_report.HEADLINE_ROWS): CPU per step ratio; steps/s ratio too where True
 RATIO_ROWS = {"start_1ep": False, "c64_0ms_1024": True, "c64_200ms": False, "c256_200ms": True}
 _RANGE = r"\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?"
 PATTERNS = {
