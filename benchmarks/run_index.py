@@ -69,25 +69,34 @@ def _shopsimrl() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
-def measure(cmd: list[str], *, cwd: Path = REPO, stdout: Path | None = None) -> dict[str, Any]:
-    """Run *cmd* as its own process; wall, CPU (user+sys) and peak RSS from ``os.wait4``, load at the start."""
-    load = os.getloadavg()[0]
-    started = time.perf_counter()
-    with tempfile.TemporaryFile() as err, open(stdout or os.devnull, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-        err.seek(0)
-        stderr = err.read().decode(errors="replace")
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])}… exited {code}:\n{stderr[-3000:]}")
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-        "load_1min": round(load, 2),
-    }
+def measure(cmd: list[str], *, cwd: Path = REPO, stdout: Path | None = None, tries: int = 3) -> dict[str, Any]:
+    """Run *cmd* as its own process; wall, CPU (user+sys) and peak RSS from ``os.wait4``, load at the start.
+
+    A failed process is run again after 30 s, up to *tries* times in all (the work tree may be in the
+    middle of someone's edit; a generated 1 M-episode run is too dear to lose to that); the
+    measurement is of the run that succeeded.
+    """
+    for attempt in range(1, tries + 1):
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        with tempfile.TemporaryFile() as err, open(stdout or os.devnull, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - started
+            err.seek(0)
+            stderr = err.read().decode(errors="replace")
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            return {
+                "wall_s": round(wall, 3),
+                "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+                "load_1min": round(load, 2),
+            }
+        _log(f"{' '.join(cmd[:4])}… exited {code} (try {attempt}/{tries}):\n{stderr[-3000:]}")
+        if attempt < tries:
+            time.sleep(30)
+    raise SystemExit(f"{' '.join(cmd[:4])}… failed {tries} times; see above")
 
 
 def _python(code: str, *args: str) -> list[str]:
@@ -383,17 +392,17 @@ def plot(doc: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def write_curve() -> Path:
-    """Rebuild ``run_index_curve.json`` and ``.png`` from every ``run_index-<N>.json`` in the results."""
-    results: dict[int, dict[str, Any]] = {}
-    for path in RESULTS.glob("run_index-*.json"):
+def write_curve(results: Path = RESULTS) -> Path:
+    """Rebuild ``run_index_curve.json`` and ``.png`` from every ``run_index-<N>.json`` in *results*."""
+    sizes: dict[int, dict[str, Any]] = {}
+    for path in results.glob("run_index-*.json"):
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("schema") == SCHEMA:
-            results[int(doc["episodes"])] = doc
-    data = curve(results)
-    out = RESULTS / f"{CURVE}.json"
+            sizes[int(doc["episodes"])] = doc
+    data = curve(sizes)
+    out = results / f"{CURVE}.json"
     out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    plot(data, RESULTS / f"{CURVE}.png")
+    plot(data, results / f"{CURVE}.png")
     return out
 
 
@@ -409,15 +418,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="resume and summarize rounds per size (medians)")
     parser.add_argument("--work", type=Path, default=None, help="folder for the generated runs (default: temp dir)")
     parser.add_argument("--viewer", action="store_true", help="also time the viewer's first run page")
+    parser.add_argument(
+        "--results", type=Path, default=None, help=f"where the JSON and PNG go (default {RESULTS}; --quick: a temp dir)"
+    )
+    parser.add_argument("--quick", action="store_true", help="40 and 80 episodes, one round, temporary results")
     parser.add_argument("--keep", action="store_true", help="keep the work folder and the generated runs")
     parser.add_argument(
         "--curve-only", action="store_true", help="only rebuild the curve (JSON, PNG) and print its table"
     )
     args = parser.parse_args(argv)
+    if args.results is None and not args.quick:
+        args.results = RESULTS
     if args.curve_only:
-        print(f"wrote {write_curve()}")
-        print(markdown_curve(json.loads((RESULTS / f"{CURVE}.json").read_text(encoding="utf-8"))))
+        print(f"wrote {write_curve(args.results)}")
+        print(markdown_curve(json.loads((args.results / f"{CURVE}.json").read_text(encoding="utf-8"))))
         return 0
+    if args.quick:  # a smoke run: tiny sizes, meaningless numbers, never the committed results
+        args.episodes, args.repeats = "40,80", 1
+        args.results = args.results or Path(tempfile.mkdtemp(prefix="shopsimrl-bench-quick-"))
     sizes = [int(x) for x in args.episodes.split(",") if x.strip()]
     work = Path(tempfile.mkdtemp(prefix="bench-run-index-", dir=args.work))
     try:
@@ -447,14 +465,14 @@ def main(argv: list[str] | None = None) -> int:
                         keep=args.keep,
                     )
                 )
-                out = RESULTS / f"run_index-{episodes}.json"
+                out = args.results / f"run_index-{episodes}.json"
                 out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
                 print(format_row(doc), flush=True)
                 print(f"wrote {out}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote {write_curve()}")
+    print(f"wrote {write_curve(args.results)}")
     return 0
 
 
