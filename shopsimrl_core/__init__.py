@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "Conversation": "adapters",
     "TransportError": "adapters",
     "select_transport": "adapters",
+    "EndpointAuth": "adapters",
     "bearer_headers": "adapters",
     "EpisodeOutcome": "analysis",
     "LabelTable": "analysis",
@@ -206,6 +207,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core._versions import TRACE_SCHEMA as TRACE_SCHEMA
     from shopsimrl_core.adapters import ChatModelClient as ChatModelClient
     from shopsimrl_core.adapters import Conversation as Conversation
+    from shopsimrl_core.adapters import EndpointAuth as EndpointAuth
     from shopsimrl_core.adapters import ModelOutput as ModelOutput
     from shopsimrl_core.adapters import ModelRequestError as ModelRequestError
     from shopsimrl_core.adapters import ReplicaSet as ReplicaSet

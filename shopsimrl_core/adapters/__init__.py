@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from shopsimrl_core._lazy import lazy_face
 
 _EXPORTS: dict[str, str] = {
+    "EndpointAuth": "_auth",
     "bearer_headers": "_auth",
     "ShopSimulatorClient": "_environment",
     "ChatModelClient": "_model",
@@ -27,6 +28,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
+    from shopsimrl_core.adapters._auth import EndpointAuth as EndpointAuth
     from shopsimrl_core.adapters._auth import bearer_headers as bearer_headers
     from shopsimrl_core.adapters._conversation import Conversation as Conversation
     from shopsimrl_core.adapters._environment import ShopSimulatorClient as ShopSimulatorClient

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ from shopsimrl_core._backoff import Backoff
 from shopsimrl_core._clock import round_ms
 from shopsimrl_core._errors import InferenceError
 from shopsimrl_core._versions import MODEL_PROVIDER
+from shopsimrl_core.adapters._auth import EndpointAuth
 from shopsimrl_core.adapters._conversation import Conversation
 from shopsimrl_core.adapters._http import Reply, TransportError, build_engine, select_transport
 from shopsimrl_core.adapters._json import UNDECODED, dumps, dumps_strict, fast_loads, has_non_finite, loads_finite
@@ -171,7 +171,8 @@ class ChatModelClient:
     the block exits. Calling a closed client raises ``RuntimeError``.
 
     **Parameters:** ``base_url`` (OpenAI base URL, e.g. ``http://127.0.0.1:30000/v1``), ``model``
-    (served model name), ``api_key_env`` (variable holding the key, or None for no auth header),
+    (served model name), ``api_key_env`` (variable holding the key, or None for no auth header; or
+    ``auth``, an :class:`EndpointAuth`, which wins),
     ``timeout`` (seconds per HTTP attempt, applied to connect/read/write), ``max_retries`` (total
     HTTP attempts), ``retry_backoff_seconds`` (backoff base), sampling settings, ``stream`` (SSE),
     ``trust_env`` (honour proxy variables), ``max_connections`` (pool size), ``transport`` (the
@@ -185,6 +186,7 @@ class ChatModelClient:
         base_url: str,
         model: str,
         api_key_env: str | None = "OPENAI_API_KEY",
+        auth: EndpointAuth | None = None,
         timeout: float = 180.0,
         max_retries: int = 5,
         retry_backoff_seconds: float = 1.0,
@@ -207,7 +209,8 @@ class ChatModelClient:
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/chat/completions"
         self.model = model
-        self.api_key_env = api_key_env
+        self.auth = auth if auth is not None else EndpointAuth(api_key_env)
+        self.api_key_env = self.auth.api_key_env
         self.timeout = timeout
         self.max_retries = max_retries
         self.retry_backoff_seconds = retry_backoff_seconds
@@ -267,7 +270,7 @@ class ChatModelClient:
         settings: dict[str, Any] = dict(
             base_url=model.base_url,
             model=model.name,
-            api_key_env=model.api_key_env,
+            auth=model.auth(),
             timeout=model.timeout,
             max_retries=model.max_retries,
             retry_backoff_seconds=model.retry_backoff_seconds,
@@ -366,16 +369,12 @@ class ChatModelClient:
         return seed % 2**32 if self.seed_mod_2_32 else seed
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key_env is not None:
-            key = os.environ.get(self.api_key_env, "")
-            if not key:
-                raise ModelRequestError(
-                    f"environment variable {self.api_key_env} is unset or empty; export the API key "
-                    f"or set model.api_key_env: null for an endpoint without auth"
-                )
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+        if not self.auth.key_is_set():
+            raise ModelRequestError(
+                f"environment variable {self.api_key_env} is unset or empty; export the API key "
+                f"or set model.api_key_env: null for an endpoint without auth"
+            )
+        return {"Content-Type": "application/json", **self.auth.headers()}
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, seed: int | None

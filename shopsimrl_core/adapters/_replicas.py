@@ -288,7 +288,7 @@ class ReplicatedChatModelClient(ChatModelClient):
             return ChatModelClient.from_config(model, transport=transport, **overrides)
         plain = ChatModelClient.from_config(model, transport=transport, **overrides)
         settings = {name: getattr(plain, name) for name in (
-            "base_url", "model", "api_key_env", "timeout", "max_retries", "retry_backoff_seconds", "temperature",
+            "base_url", "model", "auth", "timeout", "max_retries", "retry_backoff_seconds", "temperature",
             "top_p", "max_tokens", "send_seed", "tool_choice", "extra_body", "stream", "trust_env", "max_connections",
             "checkpoint_id", "http_transport", "seed_mod_2_32")}
         return cls(replica_urls=urls, replica_max_in_flight=getattr(model, "replica_max_in_flight", None),

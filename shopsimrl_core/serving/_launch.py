@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import ShopSimRLError
-from shopsimrl_core.adapters._auth import bearer_headers
 from shopsimrl_core.runs.config._config import EvalConfig
 from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 from shopsimrl_core.serving._devices import acquire_devices
@@ -233,7 +232,7 @@ def _wait_ready(process: Any, base_url: str, config: EvalConfig, started: float)
     """None once the server is ready; else why it never got there (exited, or timed out)."""
     serve = config.serve
     assert serve is not None
-    headers = bearer_headers(config.model.api_key_env, required=False)
+    headers = config.model.auth().headers(required=False)
     deadline = started + serve.start_timeout
     why = "not started"
     while True:

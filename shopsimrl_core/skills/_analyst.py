@@ -26,6 +26,7 @@ import httpx
 
 from shopsimrl_core._errors import InferenceError, SkillError
 from shopsimrl_core._hashing import fingerprint, json_object
+from shopsimrl_core.adapters._auth import EndpointAuth
 from shopsimrl_core.skills._candidates import FailureGroup, render_chunk, validate_chunk
 from shopsimrl_core.skills._firewall import FirewallContext, check_text, context_from_traces, redact_identifiers
 
@@ -116,6 +117,7 @@ class AnalystCandidateProvider:
         base_url: str,
         model: str,
         api_key_env: str | None = None,
+        auth: EndpointAuth | None = None,
         timeout: float = 300.0,
         max_attempts: int = 3,
         max_retries: int = 3,
@@ -127,7 +129,8 @@ class AnalystCandidateProvider:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.api_key_env = api_key_env
+        self.auth = auth if auth is not None else EndpointAuth(api_key_env)
+        self.api_key_env = self.auth.api_key_env
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.max_retries = max_retries
@@ -189,7 +192,7 @@ class AnalystCandidateProvider:
         return ChatModelClient(
             base_url=self.base_url,
             model=self.model,
-            api_key_env=self.api_key_env,
+            auth=self.auth,
             timeout=self.timeout,
             max_retries=self.max_retries,
             retry_backoff_seconds=self.retry_backoff_seconds,

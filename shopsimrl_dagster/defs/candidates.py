@@ -95,7 +95,7 @@ def build_skill_candidates(train_suite: str, group: str) -> dg.AssetsDefinition:
             provider = AnalystCandidateProvider(
                 base_url=inference_endpoint.base_url_for(checkpoint),
                 model=config.analyst_model or inference_endpoint.model_for(checkpoint),
-                api_key_env=inference_endpoint.api_key_env,
+                auth=inference_endpoint.auth(),
                 timeout=inference_endpoint.timeout,
             )
         elif config.provider != "rule_based":

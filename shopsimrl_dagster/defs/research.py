@@ -79,7 +79,7 @@ class AnalystEndpoint(dg.ConfigurableResource):
             return core.check_model(
                 model.base_url,
                 model.name,
-                api_key_env=model.api_key_env,
+                auth=model.auth(),
                 timeout=settings.health_timeout_s,
                 what="analyst endpoint",
                 http_transport=model.http_transport,
@@ -102,7 +102,7 @@ class AnalystEndpoint(dg.ConfigurableResource):
         from shopsimrl_core import AnalystModel
 
         core_model = self.settings().core()
-        return AnalystModel(base_url=core_model.base_url, model=core_model.name, api_key_env=core_model.api_key_env,
+        return AnalystModel(base_url=core_model.base_url, model=core_model.name, auth=core_model.auth(),
                             timeout=core_model.timeout, max_retries=core_model.max_retries)
 
 

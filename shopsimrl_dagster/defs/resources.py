@@ -97,6 +97,10 @@ class InferenceEndpoint(dg.ConfigurableResource):
         """The environment variable holding the API key (core ``model.api_key_env``)."""
         return self.settings().core().api_key_env
 
+    def auth(self) -> core.EndpointAuth:
+        """How requests to the endpoint authenticate (core ``ModelConfig.auth``)."""
+        return self.settings().core().auth()
+
     @property
     def timeout(self) -> float:
         """Seconds per HTTP attempt (core ``model.timeout``)."""
@@ -182,7 +186,7 @@ class InferenceEndpoint(dg.ConfigurableResource):
             served = core.check_model(
                 base,
                 self.model_for(checkpoint),
-                api_key_env=model.api_key_env,
+                auth=model.auth(),
                 timeout=settings.health_timeout_s,
                 what="inference endpoint",
                 http_transport=model.http_transport,

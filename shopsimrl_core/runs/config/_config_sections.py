@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shopsimrl_core.adapters._auth import EndpointAuth
+
 __all__ = [
     "ExperimentConfig",
     "TasksConfig",
@@ -275,6 +277,10 @@ class ModelConfig(_HttpServers):
     tool_call_content: Literal["null", "empty", "omit"] = "null"
     """Additive: ``content`` of a replayed assistant message that carries a tool call: ``null`` (default),
     ``empty`` (``""``, needed by llama.cpp's server) or ``omit`` (no key). Semantic when not ``null``."""
+
+    def auth(self) -> EndpointAuth:
+        """How requests to this endpoint authenticate (every client, probe and check uses this)."""
+        return EndpointAuth(self.api_key_env)
 
 
 LAUNCHED_BASE_URL = "http://launched.invalid/v1"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._versions import KNOWN_ENVIRONMENT_VERSIONS, KNOWN_OBSERVATION_VERSIONS
-from shopsimrl_core.adapters._auth import bearer_headers
+from shopsimrl_core.adapters._auth import EndpointAuth
 from shopsimrl_core.runs.endpoints._preflight import PreflightError
 
 if TYPE_CHECKING:  # annotations only: the test seam of the HTTP engine
@@ -136,6 +136,7 @@ async def acheck_model(
     name: str,
     *,
     api_key_env: str | None = None,
+    auth: EndpointAuth | None = None,
     timeout: float = 10.0,
     what: str = "model endpoint",
     http_transport: str = "auto",
@@ -144,11 +145,12 @@ async def acheck_model(
 ) -> list[str]:
     """:func:`check_model` on the running event loop (same arguments, result and errors)."""
     base = base_url.rstrip("/")
+    auth = auth if auth is not None else EndpointAuth(api_key_env)
     try:
-        headers = bearer_headers(api_key_env)
+        headers = auth.headers()
     except ConfigError as exc:
-        problem = f"{what}: environment variable {api_key_env} is not set"
-        raise PreflightError(problem, code=exc.code, url=base, variable=api_key_env) from None
+        problem = f"{what}: environment variable {auth.api_key_env} is not set"
+        raise PreflightError(problem, code=exc.code, url=base, variable=auth.api_key_env) from None
     body = await _get_json(
         f"{base}/models",
         what=what,
@@ -222,6 +224,7 @@ def check_model(
     name: str,
     *,
     api_key_env: str | None = None,
+    auth: EndpointAuth | None = None,
     timeout: float = 10.0,
     what: str = "model endpoint",
     http_transport: str = "auto",
@@ -244,6 +247,7 @@ def check_model(
             base_url,
             name,
             api_key_env=api_key_env,
+            auth=auth,
             timeout=timeout,
             what=what,
             http_transport=http_transport,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,9 +156,9 @@ async def _check_environment(config: Any, transport: httpx.AsyncBaseTransport | 
 
 
 def _headers(config: Any) -> dict[str, str]:
-    name = config.model.api_key_env
-    key = os.environ.get(name, "") if name else ""
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    # the run refuses a missing key before preflight (``_check_api_key``); here it only sends what is set
+    headers: dict[str, str] = config.model.auth().headers(required=False)
+    return headers
 
 
 async def _check_models(config: Any, transport: httpx.AsyncBaseTransport | None) -> list[str]:

@@ -19,6 +19,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from shopsimrl_core._errors import ConfigError
+from shopsimrl_core.adapters._auth import EndpointAuth
 from shopsimrl_core.runs.config._config import _UniqueKeyLoader, read_text_input
 from shopsimrl_core.runs.config._config_sections import _Section
 from shopsimrl_core.skills.trace2skill._pipeline import Trace2SkillConfig
@@ -59,6 +60,10 @@ class _Model(_Section):
     api_key_env: str | None = Field(default="OPENAI_API_KEY", min_length=1)
     temperature: float = Field(default=0.0, ge=0, le=2)
     max_tokens: int = Field(default=4096, ge=1)
+
+    def auth(self) -> EndpointAuth:
+        """How requests to the analyst endpoint authenticate (as ``ModelConfig.auth``)."""
+        return EndpointAuth(self.api_key_env)
     timeout: float = Field(default=300.0, gt=0)
     max_retries: int = Field(default=3, ge=1)
     retry_backoff_seconds: float = Field(default=1.0, ge=0)
@@ -93,7 +98,7 @@ def _problems(label: str, exc: ValidationError) -> ConfigError:
 
 
 def _model(block: _Model) -> AnalystModel:
-    return AnalystModel(base_url=block.base_url, model=block.name, api_key_env=block.api_key_env,
+    return AnalystModel(base_url=block.base_url, model=block.name, auth=block.auth(),
                         timeout=block.timeout, max_tokens=block.max_tokens, temperature=block.temperature,
                         tool_choice=block.tool_choice, max_retries=block.max_retries,
                         retry_backoff_seconds=block.retry_backoff_seconds)

@@ -21,6 +21,7 @@ from typing import Any
 
 from shopsimrl_core._errors import InferenceError, SkillError
 from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core.adapters._auth import EndpointAuth
 
 __all__ = ["AnalystModel", "StructuredResult", "StructuredOutputError", "structured_call", "repair_instruction",
            "compact"]
@@ -72,6 +73,8 @@ class AnalystModel:
     base_url: str
     model: str
     api_key_env: str | None = None
+    auth: EndpointAuth | None = None
+    """Wins over ``api_key_env`` when set (``_Model.auth()`` of the config block)."""
     timeout: float = 300.0
     max_tokens: int = 4096
     temperature: float = 0.0
@@ -93,7 +96,8 @@ class AnalystModel:
         from shopsimrl_core.adapters import ChatModelClient
 
         self._client = ChatModelClient(
-            base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, timeout=self.timeout,
+            base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, auth=self.auth,
+            timeout=self.timeout,
             max_retries=self.max_retries, retry_backoff_seconds=self.retry_backoff_seconds,
             temperature=self.temperature, max_tokens=self.max_tokens, send_seed=False, tool_choice=self.tool_choice,
             trust_env=False, max_connections=8, transport=self.transport, http_transport="httpx")
