@@ -130,3 +130,17 @@ def test_http_engines_quick_run_compares_every_available_engine(tmp_path: Path) 
     steps = {row["steps"] for row in doc["engines"].values()}
     assert len(steps) == 1 and steps.pop() > 0  # every engine played the same episodes to the end
     assert min(row["loop_cpu_vs_best"] for row in doc["engines"].values()) == 1.0
+
+
+def test_dagster_overhead_quick_run_measures_both_paths(tmp_path: Path) -> None:
+    # the benchmark drives the shipped pipeline.yaml: a settings change that breaks it fails here, not in a release
+    out = tmp_path / "overhead.json"
+    done = run_watched(
+        [sys.executable, "-m", "benchmarks.dagster_overhead", "--episodes", "6", "--repeats", "1", "--out", str(out)],
+        cwd=ROOT,
+        stall_seconds=STALL_S,
+    )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    raw = json.loads(out.read_text(encoding="utf-8"))["raw"]
+    assert {"dagster_fresh", "cli_fresh", "dagster_resumed", "cli_resumed"} <= set(raw)
+    assert all(raw[case]["wall_s"] > 0 and raw[case]["cpu_s"] > 0 for case in ("dagster_fresh", "cli_fresh"))
