@@ -157,7 +157,8 @@ def test_a_sigkilled_celery_worker_s_step_is_rerun_on_the_other_worker(cluster: 
     assert b_first > a_last
 
 
-@pytest.mark.parametrize("proxy", [(["orphan-a", "orphan-b"], 0.4)], indirect=True)
+# Slow completions: the rollout must outlast the monitor noticing the loss (a poll) and the step stopping.
+@pytest.mark.parametrize("proxy", [(["orphan-a", "orphan-b"], 1.0)], indirect=True)
 def test_a_step_whose_run_worker_died_stops_before_its_run_is_failed(cluster: Cluster, proxy: RecordingProxy) -> None:
     runs_root = _setup(cluster, proxy, first_step=20_100)
     first, second = proxy.aliases
