@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "read_labels": "analysis",
     "summarize_run": "analysis",
     "judge_run": "analysis",
+    "episode_metrics": "analysis",
     "summary_from_index": "analysis",
     "wilson_interval": "analysis",
     "create_viewer_app": "viewer",
@@ -227,6 +228,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis import build_summary as build_summary
     from shopsimrl_core.analysis import category_intervals as category_intervals
     from shopsimrl_core.analysis import compare_runs as compare_runs
+    from shopsimrl_core.analysis import episode_metrics as episode_metrics
     from shopsimrl_core.analysis import fit_no_intercept_ols as fit_no_intercept_ols
     from shopsimrl_core.analysis import goal_leaks as goal_leaks
     from shopsimrl_core.analysis import iter_latest_records as iter_latest_records

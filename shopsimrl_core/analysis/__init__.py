@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "summarize_run": "_summary",
     "summary_from_index": "_summary",
     "judge_run": "_judge",
+    "episode_metrics": "_metrics",
     "CheckpointRun": "_selection",
     "best_checkpoint": "_selection",
     "regression_against_best": "_selection",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis._labels import label_episode as label_episode
     from shopsimrl_core.analysis._labels import label_run as label_run
     from shopsimrl_core.analysis._labels import read_labels as read_labels
+    from shopsimrl_core.analysis._metrics import episode_metrics as episode_metrics
     from shopsimrl_core.analysis._ols import bootstrap_coefficients as bootstrap_coefficients
     from shopsimrl_core.analysis._ols import fit_no_intercept_ols as fit_no_intercept_ols
     from shopsimrl_core.analysis._selection import CheckpointRun as CheckpointRun

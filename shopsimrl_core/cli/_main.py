@@ -191,6 +191,10 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         from shopsimrl_core.analysis._categories import category_intervals
 
         _print_json(category_intervals(summary, run_dir))
+    elif args.metrics:
+        from shopsimrl_core.analysis._metrics import episode_metrics
+
+        _print_json(episode_metrics(run_dir))
     else:
         _print_json(summary)
     return 0
@@ -312,10 +316,16 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         "--requested", type=non_negative, default=None, help="planned episode count (default: manifest jobs)"
     )
     s.add_argument("--no-write", action="store_true", help="print only; do not write summary.json")
-    s.add_argument(
+    shown = s.add_mutually_exclusive_group()
+    shown.add_argument(
         "--categories",
         action="store_true",
         help="print the per-category rows with their intervals, tasks and small_n flag instead of the summary",
+    )
+    shown.add_argument(
+        "--metrics",
+        action="store_true",
+        help="print the per-episode metrics (episode/_metrics.py) over the run's completed episodes instead",
     )
     s.set_defaults(handler=_cmd_summarize)
 

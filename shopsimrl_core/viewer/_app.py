@@ -33,6 +33,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from shopsimrl_core._hashing import json_list, json_object
+from shopsimrl_core.analysis._metrics import episode_metrics
+from shopsimrl_core.episode import _metrics
 from shopsimrl_core.viewer._data import (
     IndexCache,
     RunRows,
@@ -202,7 +204,10 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                 "protocol",
             )
         }
-        f["sort"] = params.get("sort", "episode_id") if params.get("sort") in SORT_COLUMNS else "episode_id"
+        # the per-episode metrics this run's index holds (episode/_metrics.py): a column each, sortable
+        metric_columns = [x for x in _metrics.EPISODE_METRICS if x.column in episodes.columns]
+        sorts = (*SORT_COLUMNS, *(x.column for x in metric_columns))
+        f["sort"] = params.get("sort", "episode_id") if params.get("sort") in sorts else "episode_id"
         f["order"] = "desc" if params.get("order") == "desc" else "asc"
         per = number_param(params, "per", int) or 50
         f["per"] = per = max(1, min(per, 500))
@@ -265,7 +270,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             design=design_view(summary, index),
             f=f,
             choices=choices,
-            sorts=SORT_COLUMNS,
+            sorts=sorts,
             rows=rows,
             total=total,
             n_episodes=index.episodes.height,
@@ -274,6 +279,8 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             prev_href=page_href(page - 1) if page > 1 else None,
             next_href=page_href(page + 1) if page < pages else None,
             columns=_TABLE_COLUMNS,
+            metric_columns=metric_columns,
+            metrics=episode_metrics(index) if metric_columns else [],
             label_counts=label_counts,
         )
 

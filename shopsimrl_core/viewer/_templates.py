@@ -93,6 +93,8 @@ _RUN = """{% extends "base" %}{% import "macros" as m %}
 {% if summary.behavior.termination_reasons %}<p>Termination: {% for k, v in summary.behavior.termination_reasons.items() %}<span class="tag">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
 {% if summary.errors %}<p>Errors: {% for k, v in summary.errors.items() %}<span class="tag bad">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
 {% else %}<p class="muted">No summary.json yet.</p>{% endif %}
+{% if metrics %}<table id="episode-metrics"><tr><th>episode metric</th><th>mean</th><th>min</th><th>max</th><th>episodes</th></tr>
+{% for x in metrics %}<tr><td title="{{ x.description }}">{{ x.label }}</td><td>{{ m.num(x.mean) }}</td><td>{{ m.num(x.min) }}</td><td>{{ m.num(x.max) }}</td><td>{{ x.episodes }}</td></tr>{% endfor %}</table>{% endif %}
 {% if label_counts %}<p>Labels: {% for k, v in label_counts %}<a class="tag{{ ' ok' if k == 'success' else ' bad' }}" href="{{ run_href }}/label/{{ k|urlencode }}">{{ k }} {{ v }}</a>{% endfor %}</p>{% endif %}
 <h2>Episodes</h2>
 <form class="filters" method="get" action="{{ run_href }}">
@@ -111,14 +113,14 @@ _RUN = """{% extends "base" %}{% import "macros" as m %}
 <button type="submit" id="apply">apply</button> <a href="{{ run_href }}">reset</a></form>
 <p id="matches">{{ total }} of {{ n_episodes }} episodes match · page {{ page }} of {{ pages }}
 {% if prev_href %}<a href="{{ prev_href }}">« previous</a>{% endif %} {% if next_href %}<a href="{{ next_href }}">next »</a>{% endif %}</p>
-<table id="episodes"><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr>
+<table id="episodes"><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}{% for x in metric_columns %}<th>{{ x.label }}</th>{% endfor %}</tr>
 {% for e in rows %}<tr>
 <td><a class="episode" href="{{ e.href }}">{{ e.episode_id }}</a></td><td>{{ e.task_id }}</td><td>{{ e.sample_id }}</td>
 <td class="{{ 'ok' if e.complete else 'bad' }}">{{ e.status }}</td><td>{{ m.num(e.reward) }}</td>
 <td>{% if e.r_success is none %}–{% elif e.r_success >= 1 %}<span class="ok">yes</span>{% else %}<span class="bad">no</span>{% endif %}</td>
 <td>{{ e.termination_reason or e.error_type or '' }}</td><td>{{ e.category or '' }}</td><td>{{ e.n_steps }}</td>
 <td>{{ e.protocol_errors }}</td><td>{{ e.invalid_actions }}</td><td>{{ e.attempts }}</td><td>{{ m.num(e.duration_ms, 5) }}</td>
-<td>{{ e.outcome or '' }}</td></tr>{% endfor %}</table>
+<td>{{ e.outcome or '' }}</td>{% for x in metric_columns %}<td>{{ m.num(e[x.column]) }}</td>{% endfor %}</tr>{% endfor %}</table>
 {% endblock %}"""
 
 _EPISODE = """{% extends "base" %}{% import "macros" as m %}

@@ -112,6 +112,26 @@ def _summary_metadata(
     return metadata
 
 
+def _episode_metrics_metadata(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The core's per-episode metrics (episode/_metrics.py, from the run index): a table, and one float each."""
+    shown = [row for row in rows if row["episodes"]]
+    if not shown:
+        return {}
+    table = [
+        dg.TableRecord({"metric": row["label"], "mean": row["mean"], "min": row["min"], "max": row["max"],
+                        "episodes": row["episodes"]})
+        for row in shown
+    ]
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn("metric", "string"), dg.TableColumn("mean", "float"), dg.TableColumn("min", "float"),
+                 dg.TableColumn("max", "float"), dg.TableColumn("episodes", "int")]
+    )
+    metadata: dict[str, Any] = {"episode_metrics": dg.MetadataValue.table(table, schema=schema)}
+    for row in shown:
+        metadata[f"metric_{row['name']}"] = metadata_float(row["mean"])
+    return metadata
+
+
 def build_eval_summary(
     name: str, *, summary_key: dg.AssetKey, rollout_key: dg.AssetKey, group: str, described: str
 ) -> dg.AssetsDefinition:
@@ -153,6 +173,9 @@ def build_eval_summary(
             lambda: write_category_chart(chart_path, summary, title),
         )
         url = viewer_run_url(settings, run_storage, name, context.partition_key)
-        return dg.MaterializeResult(metadata=_summary_metadata(summary, name, run_dir, chart, chart_path, url))
+        metadata = _summary_metadata(summary, name, run_dir, chart, chart_path, url)
+        with as_failure():
+            metadata.update(_episode_metrics_metadata(core.episode_metrics(run_dir)))
+        return dg.MaterializeResult(metadata=metadata)
 
     return eval_summary

@@ -14,6 +14,7 @@ from typing import Any
 
 from shopsimrl_core._hashing import json_list, json_object
 from shopsimrl_core.adapters._json import loads
+from shopsimrl_core.episode import _metrics
 from shopsimrl_core.episode._trace import is_complete
 
 __all__ = ["INDEX_STATS", "RUN_INDEX_SCHEMA", "episode_row", "index_row", "index_schema"]
@@ -57,7 +58,12 @@ def index_schema(fixed: tuple[tuple[str, str], ...] = _FIXED, stats: tuple[str, 
     Adding, renaming or retyping a column changes it, so an index written before is rebuilt from the
     traces rather than read with nulls in the new column (issue 25).
     """
-    layout = {"fixed": [list(column) for column in fixed], "stats": list(stats), "prefixes": ["c::", "t::"]}
+    layout = {
+        "fixed": [list(column) for column in fixed],
+        "stats": list(stats),
+        "prefixes": ["c::", "t::", "m::"],
+        "metrics": [[metric.name, metric.kind] for metric in _metrics.EPISODE_METRICS],
+    }
     digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:12]
     return f"shopsimrl-run-index-v1-{digest}"
 
@@ -186,6 +192,8 @@ def index_row(value: Any, *, offset: int, length: int, line: int, blank: bool = 
         row[f"c::{key}"] = number_
     for key, count in tokens.items():
         row[f"t::{key}"] = count
+    if flat["complete"]:
+        row.update(_metrics.metric_values(value))
     return row
 
 
@@ -200,9 +208,13 @@ def _frame(rows: list[dict[str, Any]]) -> Any:
     import polars as pl
 
     schema: dict[str, Any] = {name: _dtype(kind) for name, kind in _FIXED}
-    extra = sorted({key for row in rows for key in row if key.startswith(("c::", "t::"))})
+    extra = sorted({key for row in rows for key in row if key.startswith(("c::", "t::", "m::"))})
+    metric_kinds = {metric.column: metric.kind for metric in _metrics.EPISODE_METRICS}
     for key in extra:
-        schema[key] = pl.Float64 if key.startswith("c::") else pl.Int64
+        if key.startswith("m::"):
+            schema[key] = _dtype(metric_kinds.get(key, "float"))
+        else:
+            schema[key] = pl.Float64 if key.startswith("c::") else pl.Int64
     columns = {name: [row.get(name) for row in rows] for name in schema}
     return pl.DataFrame(columns, schema=schema)
 
