@@ -180,15 +180,11 @@ class StepGuard:
         return None
 
     def confirm_start(self) -> bool:
-        """Whether the step may start now that its first heartbeat is written (else it is fenced).
+        """Whether the step may start (else it is fenced), asked after its first heartbeat was written.
 
-        The run launcher's health check writes the run's stop request before it reads the heartbeats
-        (:func:`celery_steps_still_running`); this step wrote its heartbeat before this read of the
-        request. So either the check sees the heartbeat and waits for the step, or the step sees the
-        request here and never calls an endpoint: a run is never failed while its step starts.
+        The health check writes a stop request, then reads heartbeats: it waits for this step, or this sees the request.
         """
-        reason = self.stale_reason()
-        if reason is not None:
+        if (reason := self.stale_reason()) is not None:
             with self._lock:
                 self._fence(reason)
         return not self.fenced
@@ -293,8 +289,6 @@ def _captured_interrupts() -> Iterator[None]:
 def register_step_task(app: Celery) -> Any:
     """Register the guarded step task (:data:`STEP_TASK_NAME`) on the worker's Celery *app*."""
     from celery.exceptions import Ignore  # type: ignore[import-untyped]
-
-    # Running one step of a run in a worker, as dagster-celery's own task does, has no public API.
     from dagster._core.definitions.reconstruct import ReconstructableJob  # private: no public step execution
     from dagster._core.events import EngineEventData  # private: engine-event data is not exported
     from dagster._core.execution.api import create_execution_plan, execute_plan_iterator  # private: no public one
