@@ -13,7 +13,8 @@ Formats (an en dash between the ends; one value when both ends round alike):
 * ``8.1–9.6× the steps/s`` — steps/s, ours ÷ the reference's, one decimal;
 * ``load 1.5–4.5`` — 1-minute load average at the start of the runs of the row, one decimal;
 * ``97.1–98.3 %`` — steady share of ideal throughput at 256 in flight, one decimal;
-* ``2.9 s CPU`` — median CPU seconds of the resume no-op (``shopsimrl run``) per run size, one decimal.
+* ``2.9 s CPU`` — median CPU seconds of the resume no-op (``shopsimrl run``) per run size, and of
+  ``shopsimrl summarize`` at the largest size, one decimal.
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ def expected_tokens(shape: dict[str, Any], curve: dict[str, Any]) -> dict[str, s
         steady = entry.get("steady_fraction_of_ideal")
         if label == "c256_200ms" and steady:
             out["percent"].add(span(steady["min"] * 100, steady["max"] * 100, 1))
-    for row in curve.get("rows") or []:
+    rows = curve.get("rows") or []
+    for row in rows:
         out["cpu_s"].add(f"{row['resume']['cpu_s']['median']:.1f}")
+    if rows:  # and `shopsimrl summarize` alone at the largest size
+        out["cpu_s"].add(f"{rows[-1]['summarize']['cpu_s']['median']:.1f}")
     return out
 
 
