@@ -19,6 +19,9 @@ from typing import Any
 
 import dagster as dg
 
+from shopsimrl_core.documents._pipeline import MetricChange, ProgressPoint
+from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign, SummaryInterval
+
 __all__ = [
     "rounded",
     "metadata_float",
@@ -70,57 +73,56 @@ _CLUSTER_METHODS = {
 """Interval methods that resample tasks (runs with repeats) → their short name in labels."""
 
 
-def _repeats(design: Mapping[str, Any] | None) -> str | None:
-    low, high = (design or {}).get("repeats_min"), (design or {}).get("repeats_max")
-    if not isinstance(low, int) or not isinstance(high, int):
+def _repeats(design: SamplingDesign | None) -> str | None:
+    low, high = (design.repeats_min, design.repeats_max) if design is not None else (None, None)
+    if low is None or high is None:
         return None
     return str(low) if low == high else f"{low}–{high}"
 
 
 def interval_note(
-    ci: Mapping[str, Any] | None, design: Mapping[str, Any] | None = None, metric: str = "reward"
+    ci: SummaryInterval | None, design: SamplingDesign | None = None, metric: str = "reward"
 ) -> str | None:
     """What an interval is, read from its own ``method`` and units.
 
     ``Wilson 95%, n=60`` or ``task-cluster Wilson 95%, n=32 tasks × 4, design effect 2.26``.
-    *ci* is a core interval dict (``primary.success_ci``, a category's ``reward_ci`` …), *design*
+    *ci* is a core interval (``primary.success_ci``, a category's ``reward_ci`` …), *design*
     the summary's ``primary.sampling_design`` (repeats and the estimated design effect of *metric*,
     ``reward`` or ``success``). Episode-level intervals keep the labels published before issue 23
     (``Wilson 95%, n=60``, ``percentile_bootstrap 95%``). Task-resampled ones name the tasks, the
     repeats and the design effect: the one the interval used when it records one (Wilson at the
     effective sample size), else the summary's estimate. None without an interval.
     """
-    if not ci:
+    if ci is None:
         return None
-    method = ci.get("method")
-    level = f"{int(100 * ci.get('confidence_level', 0.95))}%"
+    method = ci.method
+    level = f"{int(100 * (ci.confidence_level if ci.confidence_level is not None else 0.95))}%"
     if method == "wilson":
-        return f"Wilson {level}, n={ci.get('n')}"
+        return f"Wilson {level}, n={ci.n}"
     if method not in _CLUSTER_METHODS:
         return f"{method or 'interval'} {level}"
-    tasks = ci.get("tasks", (design or {}).get("tasks"))
+    tasks = ci.tasks if ci.tasks is not None else (design.tasks if design is not None else None)
     repeats = _repeats(design)
     units = f"{tasks} tasks" + (f" × {repeats}" if repeats else "")
-    if repeats is None and isinstance(ci.get("n"), int):
-        units += f", {ci['n']} episodes"
-    deff = ci.get("design_effect") if "design_effect" in ci else ((design or {}).get("design_effect") or {}).get(metric)
+    if repeats is None and ci.n is not None:
+        units += f", {ci.n} episodes"
+    deff = ci.design_effect if ci.design_effect is not None else (
+        design.design_effect.get(metric) if design is not None else None)
     effect = f", design effect {deff:.2f}" if _is_num(deff) else ""
-    return f"{_CLUSTER_METHODS[str(method)]} {level}, n={units}{effect}"
+    return f"{_CLUSTER_METHODS[method]} {level}, n={units}{effect}"
 
 
-def design_text(summary: Mapping[str, Any]) -> str:
+def design_text(summary: EvalSummary) -> str:
     """The sampling design of a summary in a few words (``primary.sampling_design``).
 
     ``60 episodes, 1 per task`` or ``32 tasks × 4, design effect success 2.26, reward 2.20``.
     """
-    primary = summary.get("primary") or {}
-    design = primary.get("sampling_design")
-    if not design:
-        completed = (summary.get("counts") or {}).get("completed")
-        return f"{completed} episodes, 1 per task"
-    effects = design.get("design_effect") or {}
+    design = summary.primary.sampling_design
+    if design is None:
+        return f"{summary.counts.completed} episodes, 1 per task"
+    effects = design.design_effect
     parts = [f"{name} {effects[name]:.2f}" for name in ("success", "reward") if _is_num(effects.get(name))]
-    text = f"{design.get('tasks')} tasks × {_repeats(design) or '?'}"
+    text = f"{design.tasks} tasks × {_repeats(design) or '?'}"
     return text + (f", design effect {', '.join(parts)}" if parts else "")
 
 
@@ -199,13 +201,17 @@ def mapping_table(
     return rows, schema
 
 
-def _interval(ci: Mapping[str, Any] | None, digits: int = 3) -> str:
-    if not ci or not _is_num(ci.get("low")) or not _is_num(ci.get("high")):
+def _interval(ci: SummaryInterval | None, digits: int = 3) -> str:
+    if ci is None or not _is_num(ci.low) or not _is_num(ci.high):
         return "–"
-    return f"[{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
+    return f"[{ci.low:.{digits}f}, {ci.high:.{digits}f}]"
 
 
-def category_table(summary: Mapping[str, Any]) -> tuple[list[dg.TableRecord], dg.TableSchema]:
+def _categories(summary: EvalSummary) -> dict[str, CategoryRow]:
+    return summary.breakdowns.category if summary.breakdowns is not None else {}
+
+
+def category_table(summary: EvalSummary) -> tuple[list[dg.TableRecord], dg.TableSchema]:
     """The core summary's per-category breakdown (``breakdowns.category``) as table rows.
 
     Each row shows the category's sampling units (``tasks``, ``episodes``), its mean reward and
@@ -213,21 +219,20 @@ def category_table(summary: Mapping[str, Any]) -> tuple[list[dg.TableRecord], dg
     the interval method and the core's ``small_n`` flag (fewer than 10 sampling units: read the
     interval as a rough range).
     """
-    breakdown = (summary.get("breakdowns") or {}).get("category") or {}
     rows = []
-    for name, row in sorted(breakdown.items()):
-        success_ci, reward_ci = row.get("success_ci"), row.get("reward_ci")
+    for name, row in sorted(_categories(summary).items()):
+        success_ci, reward_ci = row.success_ci, row.reward_ci
         rows.append(
             dg.TableRecord(
                 {
                     "category": str(name),
-                    "tasks": int(row["tasks"]) if isinstance(row.get("tasks"), int) else None,
-                    "episodes": int(row.get("episodes") or 0),
-                    "reward": _round(row.get("reward_mean")),
+                    "tasks": row.tasks,
+                    "episodes": row.episodes,
+                    "reward": _round(row.reward_mean),
                     "reward_95": _interval(reward_ci),
-                    "success": _round(row.get("success_rate")),
+                    "success": _round(row.success_rate),
                     "success_95": _interval(success_ci),
-                    "small_n": bool(row.get("small_n")),
+                    "small_n": bool(row.small_n),
                     "intervals": "; ".join(
                         note
                         for note in (
@@ -258,7 +263,7 @@ def category_table(summary: Mapping[str, Any]) -> tuple[list[dg.TableRecord], dg
     return rows, schema
 
 
-def progress_points(runs: Iterable[tuple[str, int, Mapping[str, Any] | None]]) -> list[dict[str, Any]]:
+def progress_points(runs: Iterable[tuple[str, int, EvalSummary | None]]) -> list[ProgressPoint]:
     """One point per (checkpoint_id, training step, core summary or None), sorted by training step.
 
     Each point holds the summary's reward mean and success rate with their 95 % intervals
@@ -269,50 +274,56 @@ def progress_points(runs: Iterable[tuple[str, int, Mapping[str, Any] | None]]) -
     """
     points = []
     for checkpoint_id, step, summary in runs:
-        if not summary or "primary" not in summary:
+        if summary is None:
             continue
-        primary = summary["primary"]
-        reward_ci = primary.get("reward_ci") or {}
-        success_ci = primary.get("success_ci") or {}
-        design = primary.get("sampling_design")
+        primary = summary.primary
+        reward_ci, success_ci, design = primary.reward_ci, primary.success_ci, primary.sampling_design
         points.append(
-            {
-                "checkpoint_id": checkpoint_id,
-                "step": int(step),
-                "episodes": int((summary.get("counts") or {}).get("completed") or 0),
-                "reward": primary.get("reward_mean"),
-                "reward_low": reward_ci.get("low"),
-                "reward_high": reward_ci.get("high"),
-                "success_rate": primary.get("success_rate"),
-                "success_low": success_ci.get("low"),
-                "success_high": success_ci.get("high"),
-                "tasks": (design or {}).get("tasks"),
-                "design": design_text(summary),
-                "reward_interval": interval_note(reward_ci, design, "reward"),
-                "success_interval": interval_note(success_ci, design, "success"),
-                "vs_previous": None,
-            }
+            ProgressPoint(
+                checkpoint_id=checkpoint_id,
+                step=int(step),
+                episodes=summary.counts.completed,
+                reward=primary.reward_mean,
+                reward_low=None if reward_ci is None else reward_ci.low,
+                reward_high=None if reward_ci is None else reward_ci.high,
+                success_rate=primary.success_rate,
+                success_low=None if success_ci is None else success_ci.low,
+                success_high=None if success_ci is None else success_ci.high,
+                tasks=None if design is None else design.tasks,
+                design=design_text(summary),
+                reward_interval=interval_note(reward_ci, design, "reward"),
+                success_interval=interval_note(success_ci, design, "success"),
+                vs_previous=None,
+            )
         )
-    return sorted(points, key=lambda p: (p["step"], p["checkpoint_id"]))
+    return sorted(points, key=lambda p: (p.step, p.checkpoint_id))
 
 
-def _mde(point: Mapping[str, Any], metric: str) -> Any:
-    return _round(((point.get("vs_previous") or {}).get(metric) or {}).get("minimum_detectable_difference"))
+def _change(point: ProgressPoint, metric: str) -> MetricChange | None:
+    previous = point.vs_previous
+    if previous is None:
+        return None
+    return previous.reward if metric == "reward" else previous.r_success
 
 
-def _vs_previous(point: Mapping[str, Any]) -> str:
-    previous = point.get("vs_previous")
-    if not previous:
+def _mde(point: ProgressPoint, metric: str) -> Any:
+    change = _change(point, metric)
+    return None if change is None else _round(change.minimum_detectable_difference)
+
+
+def _vs_previous(point: ProgressPoint) -> str:
+    previous = point.vs_previous
+    if previous is None:
         return "–"
     parts = [
-        f"{label} {previous[metric]['verdict']}"
+        f"{label} {change.verdict}"
         for metric, label in (("reward", "reward"), ("r_success", "success"))
-        if previous.get(metric)
+        if (change := _change(point, metric)) is not None
     ]
-    return f"vs {previous['baseline']}: " + "; ".join(parts)
+    return f"vs {previous.baseline}: " + "; ".join(parts)
 
 
-def progress_table(points: list[dict[str, Any]]) -> tuple[list[dg.TableRecord], dg.TableSchema]:
+def progress_table(points: list[ProgressPoint]) -> tuple[list[dg.TableRecord], dg.TableSchema]:
     """The progress points as table rows, rounded for reading (raw values are in progress.json).
 
     Beside each point's intervals: its sampling design, and where the comparison with the previous
@@ -322,15 +333,15 @@ def progress_table(points: list[dict[str, Any]]) -> tuple[list[dg.TableRecord], 
     rows = [
         dg.TableRecord(
             {
-                "step": p["step"],
-                "checkpoint": p["checkpoint_id"],
-                "episodes": p["episodes"],
-                "design": p.get("design") or "–",
-                "reward": rounded(p["reward"], p["reward_low"], p["reward_high"]),
-                "success": rounded(p["success_rate"], p["success_low"], p["success_high"]),
+                "step": p.step,
+                "checkpoint": p.checkpoint_id,
+                "episodes": p.episodes,
+                "design": p.design or "–",
+                "reward": rounded(p.reward, p.reward_low, p.reward_high),
+                "success": rounded(p.success_rate, p.success_low, p.success_high),
                 "intervals": "; ".join(
-                    f"{label}: {p[key]}" for key, label in (("success_interval", "success"),
-                                                            ("reward_interval", "reward")) if p.get(key)
+                    f"{label}: {note}" for note, label in ((p.success_interval, "success"),
+                                                           (p.reward_interval, "reward")) if note
                 )
                 or "–",
                 "mde_reward": _mde(p, "reward"),
@@ -399,43 +410,44 @@ def _save(fig: Any, plt: Any, path: Path) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _error_bars(values: list[float], intervals: list[Any]) -> list[list[float]]:
-    """Matplotlib ``xerr`` (below, above) of each value from its core interval dict (0 without one)."""
+def _error_bars(values: list[float], intervals: list[SummaryInterval | None]) -> list[list[float]]:
+    """Matplotlib ``xerr`` (below, above) of each value from its core interval (0 without one)."""
     below, above = [], []
     for value, ci in zip(values, intervals):
-        ok = isinstance(ci, Mapping) and _is_num(ci.get("low")) and _is_num(ci.get("high"))
-        below.append(max(0.0, value - ci["low"]) if ok else 0.0)
-        above.append(max(0.0, ci["high"] - value) if ok else 0.0)
+        low, high = (ci.low, ci.high) if ci is not None else (None, None)
+        finite = low is not None and high is not None and _is_num(low) and _is_num(high)
+        below.append(max(0.0, value - low) if finite and low is not None else 0.0)
+        above.append(max(0.0, high - value) if finite and high is not None else 0.0)
     return [below, above]
 
 
-def write_category_chart(path: Path, summary: Mapping[str, Any], title: str) -> str:
+def write_category_chart(path: Path, summary: EvalSummary, title: str) -> str:
     """Success rate and mean reward per category with their 95 % intervals; write a PNG; return base64.
 
     Everything comes from the core summary's breakdown; each label carries the category's sampling
     units and ``small n`` where the core flags it.
     """
     plt, has_cjk = _pyplot()
-    breakdown = sorted(((summary.get("breakdowns") or {}).get("category") or {}).items())
-    clustered = bool((summary.get("primary") or {}).get("sampling_design"))
+    breakdown = sorted(_categories(summary).items())
+    clustered = summary.primary.sampling_design is not None
     labels = []
     for i, (name, row) in enumerate(breakdown, start=1):
         text = name if has_cjk or str(name).isascii() else f"#{i}"
-        units = row.get("tasks") if clustered else row.get("episodes")
-        if isinstance(units, int):
-            text += f" (n={units}{' tasks' if clustered else ''}{', small n' if row.get('small_n') else ''})"
+        units = row.tasks if clustered else row.episodes
+        if units is not None:
+            text += f" (n={units}{' tasks' if clustered else ''}{', small n' if row.small_n else ''})"
         labels.append(text)
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.0, max(2.4, 0.3 * len(labels) + 1.2)), dpi=80, sharey=True)
     ys = list(range(len(labels)))
-    success = [row.get("success_rate") or 0.0 for _, row in breakdown]
-    reward = [row.get("reward_mean") or 0.0 for _, row in breakdown]
+    success = [row.success_rate or 0.0 for _, row in breakdown]
+    reward = [row.reward_mean or 0.0 for _, row in breakdown]
     bars = {"capsize": 2, "ecolor": "#333333", "error_kw": {"elinewidth": 0.8}}
-    left.barh(ys, success, color="#4f6bed", xerr=_error_bars(success, [r.get("success_ci") for _, r in breakdown]),
+    left.barh(ys, success, color="#4f6bed", xerr=_error_bars(success, [r.success_ci for _, r in breakdown]),
               **bars)
     left.set_yticks(ys, labels=labels, fontsize=7)
     left.set_xlim(0, 1)
     left.set_xlabel("success rate (95% interval)")
-    right.barh(ys, reward, color="#2aa876", xerr=_error_bars(reward, [r.get("reward_ci") for _, r in breakdown]),
+    right.barh(ys, reward, color="#2aa876", xerr=_error_bars(reward, [r.reward_ci for _, r in breakdown]),
                **bars)
     right.set_xlim(0, 1)
     right.set_xlabel("mean reward (95% interval)")
@@ -444,7 +456,14 @@ def write_category_chart(path: Path, summary: Mapping[str, Any], title: str) -> 
     return _save(fig, plt, path)
 
 
-def write_progress_chart(path: Path, points: list[dict[str, Any]], title: str) -> str:
+def _plotted(point: ProgressPoint, key: str) -> tuple[Any, Any, Any]:
+    """``(value, low, high)`` of *key* (``reward`` or ``success``) of a progress point."""
+    if key == "reward":
+        return point.reward, point.reward_low, point.reward_high
+    return point.success_rate, point.success_low, point.success_high
+
+
+def write_progress_chart(path: Path, points: list[ProgressPoint], title: str) -> str:
     """Reward and success against training step with their 95 % intervals as error bars; PNG; base64."""
     plt, _ = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), dpi=80)
@@ -452,12 +471,11 @@ def write_progress_chart(path: Path, points: list[dict[str, Any]], title: str) -
         (axes[0], "reward", "#2aa876", "mean reward"),
         (axes[1], "success", "#4f6bed", "success rate"),
     ):
-        value_key = "reward" if key == "reward" else "success_rate"
-        usable = [p for p in points if _is_num(p[value_key])]
-        xs = [p["step"] for p in usable]
-        ys = [p[value_key] for p in usable]
-        lows = [y - p[f"{key}_low"] if _is_num(p[f"{key}_low"]) else 0.0 for p, y in zip(usable, ys)]
-        highs = [p[f"{key}_high"] - y if _is_num(p[f"{key}_high"]) else 0.0 for p, y in zip(usable, ys)]
+        usable = [(p.step, *_plotted(p, key)) for p in points if _is_num(_plotted(p, key)[0])]
+        xs = [step for step, _, _, _ in usable]
+        ys = [y for _, y, _, _ in usable]
+        lows = [y - low if _is_num(low) else 0.0 for _, y, low, _ in usable]
+        highs = [high - y if _is_num(high) else 0.0 for _, y, _, high in usable]
         axis.errorbar(xs, ys, yerr=[lows, highs], fmt="-o", color=color, capsize=3, markersize=4)
         axis.set_xlabel("training step")
         axis.set_ylabel(label)

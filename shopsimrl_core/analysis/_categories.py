@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shopsimrl_core.analysis._summary import (
@@ -33,6 +32,7 @@ from shopsimrl_core.analysis._summary import (
     _planned_of,
     _task_clusters,
 )
+from shopsimrl_core.documents._runs import CategoryRow, EvalSummary
 
 if TYPE_CHECKING:
     from shopsimrl_core.runs import RunIndex
@@ -142,9 +142,7 @@ def _completed_episodes(run: str | os.PathLike[str] | RunIndex) -> Any:
     return episodes.select(_BASE_COLUMNS).filter(pl.col("complete"))
 
 
-def category_intervals(
-    summary: Mapping[str, Any], run: str | os.PathLike[str] | RunIndex
-) -> dict[str, dict[str, Any]]:
+def category_intervals(summary: EvalSummary, run: str | os.PathLike[str] | RunIndex) -> dict[str, CategoryRow]:
     """The per-category rows of *summary* with their intervals, ``tasks`` and ``small_n`` flag.
 
     *run* is the summary's run directory, or its opened run index (``RunIndex``: the viewer's, so it
@@ -153,17 +151,19 @@ def category_intervals(
     get them computed from the run's completed planned episodes by the code and seeds the summary
     uses for runs with repeats. A row whose published numbers the run no longer gives (its traces
     changed after the summary was written) is returned without intervals rather than with intervals
-    of other episodes. Rows come in the summary's order; nothing is written.
+    of other episodes. Rows come in the summary's order, as copies; nothing is written and *summary*
+    is not changed.
     """
-    breakdown = (summary.get("breakdowns") or {}).get("category") or {}
-    rows = {str(name): dict(row) for name, row in breakdown.items() if isinstance(row, Mapping)}
-    if not rows or all("small_n" in row for row in rows.values()):
+    breakdown = summary.breakdowns.category if summary.breakdowns is not None else {}
+    rows = {str(name): row.model_copy(deep=True) for name, row in breakdown.items()}
+    if not rows or all(row.small_n is not None for row in rows.values()):
         return rows
     computed = category_breakdown(_completed_episodes(run), intervals=True)
     for name, row in rows.items():
         fresh = computed.get(name)
-        if "small_n" in row or fresh is None:
+        if row.small_n is not None or fresh is None:
             continue
-        if all(fresh[key] == row.get(key) for key in _PUBLISHED_KEYS):
-            row.update({key: value for key, value in fresh.items() if key not in _PUBLISHED_KEYS})
+        if all(fresh[key] == getattr(row, key) for key in _PUBLISHED_KEYS):
+            extra = {key: value for key, value in fresh.items() if key not in _PUBLISHED_KEYS}
+            rows[name] = CategoryRow.model_validate({**row.to_json(), **extra})
     return rows

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core.analysis._comparison import compare_runs
+from shopsimrl_core.documents._base import DocumentError
+from shopsimrl_core.documents._runs import EvalSummary
 
 __all__ = ["CheckpointRun", "best_checkpoint", "regression_against_best"]
 
@@ -34,34 +36,38 @@ class CheckpointRun:
     step: int
     run_dir: Path
 
-    def summary(self) -> dict[str, Any] | None:
-        """The run's ``summary.json``, or None when the run has none (not evaluated yet) or it is unreadable."""
+    def summary(self) -> EvalSummary | None:
+        """The run's ``summary.json``, or None when the run has none (not evaluated yet) or it is unreadable.
+
+        A file that does not follow the summary format counts as unreadable.
+        """
+        path = self.run_dir / "summary.json"
         try:
-            data = json.loads((self.run_dir / "summary.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return EvalSummary.parse(data, str(path))
+        except (OSError, ValueError, DocumentError):
             return None
-        return data if isinstance(data, dict) and isinstance(data.get("primary"), dict) else None
 
 
-def _headline(run: CheckpointRun, summary: dict[str, Any]) -> dict[str, Any]:
-    primary = summary["primary"]
+def _headline(run: CheckpointRun, summary: EvalSummary) -> dict[str, Any]:
+    primary = summary.primary
     return {
         "checkpoint_id": run.checkpoint_id,
         "step": run.step,
-        "reward_mean": primary.get("reward_mean"),
-        "reward_ci": primary.get("reward_ci"),
-        "success_rate": primary.get("success_rate"),
-        "success_ci": primary.get("success_ci"),
+        "reward_mean": primary.reward_mean,
+        "reward_ci": None if primary.reward_ci is None else primary.reward_ci.to_json(),
+        "success_rate": primary.success_rate,
+        "success_ci": None if primary.success_ci is None else primary.success_ci.to_json(),
     }
 
 
-def _ranked(runs: Sequence[CheckpointRun]) -> list[tuple[CheckpointRun, dict[str, Any]]]:
+def _ranked(runs: Sequence[CheckpointRun]) -> list[tuple[CheckpointRun, EvalSummary]]:
     scored = []
     for run in runs:
         summary = run.summary()
-        if summary is not None and isinstance(summary["primary"].get("reward_mean"), (int, float)):
+        if summary is not None and summary.primary.reward_mean is not None:
             scored.append((run, summary))
-    return sorted(scored, key=lambda pair: (pair[1]["primary"]["reward_mean"], pair[0].step), reverse=True)
+    return sorted(scored, key=lambda pair: (pair[1].primary.reward_mean or 0.0, pair[0].step), reverse=True)
 
 
 def _paired(values: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from shopsimrl_core._versions import SUMMARY_SCHEMA
 from shopsimrl_core.analysis._exact import _fmean, _stdev
+from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.runs.storage._index import episode_row
 from shopsimrl_core.runs.storage._store import RunStore, utc_now
 
@@ -60,14 +61,15 @@ def build_summary(
     duplicate_completed: int | None = None,
     endpoint_faults: int | None = None,
     created_at: str | None = None,
-) -> dict[str, Any]:
-    """Build the v2 summary from the latest record of each episode.
+) -> EvalSummary:
+    """Build the v2 summary from the latest record of each episode, as the typed document.
 
     With *planned* (the manifest's episode ids, §22.5) only planned episodes enter counts and
     metrics, ``coverage`` stays within [0, 1] and other ids are counted in
     ``counts.unplanned_episodes``. Without it, the legacy definitions apply unchanged. The counts
     that need every line, not only the latest (*duplicate_completed*, *endpoint_faults*), are given
-    by the caller and published when not None.
+    by the caller and published when not None. ``to_json()`` of the result is the document as
+    ``summary.json`` holds it, key for key.
     """
     import polars as pl
 
@@ -129,7 +131,7 @@ def summary_from_index(
     duplicate_completed: int | None = None,
     endpoint_faults: int | None = None,
     created_at: str | None = None,
-) -> dict[str, Any]:
+) -> EvalSummary:
     """Build the v2 summary from a :class:`~shopsimrl_core.runs.storage._index.RunIndex` without reading traces.
 
     *planned* is a set of episode ids or a polars Series of unique ids.
@@ -212,7 +214,7 @@ def _summary_from_frame(
     created_at: str | None,
     endpoint_faults: int | None = None,
     presorted: bool = False,
-) -> dict[str, Any]:
+) -> EvalSummary:
     import polars as pl
 
     # Sorted by episode_id (as §6.5 iterates), so every float sum and the bootstrap are order-free.
@@ -329,7 +331,8 @@ def _summary_from_frame(
     breakdowns = category_breakdown(done, intervals=clustered)
     if breakdowns:
         summary["breakdowns"] = {"category": breakdowns}
-    return summary
+    # The dict is built in the format's key order; the model keeps exactly those keys (to_json).
+    return EvalSummary.model_validate(summary)
 
 
 def _reward_ci(values: Any, mean: float | None, sem: float | None) -> dict[str, Any] | None:
@@ -555,12 +558,12 @@ def summarize_run(
     *,
     store: RunStore | None = None,
     created_at: str | None = None,
-) -> dict[str, Any]:
+) -> EvalSummary:
     """Rebuild ``summary.json`` from the run index of ``traces.jsonl`` (the ``summarize`` verb, §5.1).
 
     ``requested`` = the given N, else the number of manifest jobs, else the number of distinct
     episode ids. With a manifest only planned episodes count (§22.5). Writing takes the run lock
-    unless *store* already holds it.
+    unless *store* already holds it. The file written is ``to_json()`` of the returned document.
 
     Raises:
         RunLockedError: *write* and another process holds the run directory.
@@ -593,7 +596,7 @@ def summarize_run(
         if write:
             from shopsimrl_core._hashing import write_json_atomic
 
-            write_json_atomic(store.summary_path, summary)
+            write_json_atomic(store.summary_path, summary.to_json())
         return summary
     finally:
         if own_lock:

@@ -158,11 +158,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     result = run_evaluation(config, options)  # on uvloop, with a tuned collector (runs/execution/_loop.py)
     counts = result.counts
-    reward = result.summary["primary"]["reward_mean"]
     sys.stdout.write(
-        f"summary={result.summary_path} completed={counts['completed']}/{counts['requested']} "
-        f"failed={counts['failed']} "
-        f"reward_mean={reward}\n"
+        f"summary={result.summary_path} completed={counts.completed}/{counts.requested} "
+        f"failed={counts.failed} "
+        f"reward_mean={result.summary.primary.reward_mean}\n"
     )
     return result.exit_code
 
@@ -190,13 +189,13 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     if args.categories:
         from shopsimrl_core.analysis._categories import category_intervals
 
-        _print_json(category_intervals(summary, run_dir))
+        _print_json({name: row.to_json() for name, row in category_intervals(summary, run_dir).items()})
     elif args.metrics:
         from shopsimrl_core.analysis._metrics import episode_metrics
 
         _print_json(episode_metrics(run_dir))
     else:
-        _print_json(summary)
+        _print_json(summary.to_json())
     return 0
 
 

@@ -17,10 +17,12 @@ from shopsimrl_core._lazy import lazy_face
 _EXPORTS: dict[str, str] = {
     "Document": "_base",
     "DocumentError": "_base",
+    "CategoryRow": "_runs",
     "CheckpointComparison": "_runs",
     "EvalSummary": "_runs",
     "RunManifest": "_runs",
     "StepRecord": "_runs",
+    "SummaryInterval": "_runs",
     "TraceRecord": "_runs",
     "InvocationRecord": "_ledgers",
     "TestAccessEntry": "_ledgers",
@@ -55,10 +57,12 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.documents._pipeline import SuiteProgress as SuiteProgress
     from shopsimrl_core.documents._registry import DOCUMENTS as DOCUMENTS
     from shopsimrl_core.documents._registry import document_for as document_for
+    from shopsimrl_core.documents._runs import CategoryRow as CategoryRow
     from shopsimrl_core.documents._runs import CheckpointComparison as CheckpointComparison
     from shopsimrl_core.documents._runs import EvalSummary as EvalSummary
     from shopsimrl_core.documents._runs import RunManifest as RunManifest
     from shopsimrl_core.documents._runs import StepRecord as StepRecord
+    from shopsimrl_core.documents._runs import SummaryInterval as SummaryInterval
     from shopsimrl_core.documents._runs import TraceRecord as TraceRecord
     from shopsimrl_core.documents._skills import CandidatePool as CandidatePool
     from shopsimrl_core.documents._skills import ChunkContributions as ChunkContributions

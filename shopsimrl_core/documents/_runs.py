@@ -22,6 +22,14 @@ __all__ = [
     "TraceRecord",
     "RunManifest",
     "SemanticPlan",
+    "SummaryCounts",
+    "SummaryInterval",
+    "SamplingDesign",
+    "SummaryPrimary",
+    "SummaryBehavior",
+    "SummaryCost",
+    "CategoryRow",
+    "SummaryBreakdowns",
     "EvalSummary",
     "CheckpointComparison",
     "CHECKPOINT_COMPARISON_SCHEMA",
@@ -147,6 +155,36 @@ class SummaryCounts(Part):
     """Additive (issue 24): failed attempts of planned episodes whose ``error.type`` is
     ``ModelEndpointFault`` — the model endpoint answered 2xx bodies that are no chat completion — over
     every trace line, not only the latest; absent in summaries built without the run index."""
+    duplicate_completed: Int | None = None
+    """Additive (§22.4): completed lines of episodes that were already complete; absent without the run index."""
+    unplanned_episodes: Int | None = None
+    """Additive (§22.5): episode ids in the traces that the manifest does not plan; absent without a manifest."""
+
+
+class SummaryInterval(Part):
+    """A 95 % interval of a summary (``primary.success_ci``, ``primary.reward_ci``, a category row's).
+
+    Which keys are present depends on the ``method`` (``wilson``, ``percentile_bootstrap``,
+    ``wilson_design_effect``, ``task_cluster_percentile_bootstrap``, the normal approximations); every
+    producer writes them in the order declared here, so a read interval is written back byte for byte.
+    """
+
+    method: Str
+    rng: Str | None = None
+    seed: Int | None = None
+    seed_derivation: Str | None = None
+    metric: Str | None = None
+    samples: Int | None = None
+    confidence_level: Number | None = None
+    n: Int | None = None
+    """Episodes (Wilson intervals)."""
+    tasks: Int | None = None
+    """Tasks resampled (task-cluster intervals)."""
+    design_effect: Number | None = None
+    """The design effect the interval used (``wilson_design_effect``)."""
+    effective_n: Number | None = None
+    low: Number | None = None
+    high: Number | None = None
 
 
 class SamplingDesign(Part):
@@ -181,9 +219,9 @@ class SummaryPrimary(Part):
     reward_mean: Number | None
     reward_sem: Number | None
     success_rate: Number | None
-    success_ci: dict[str, Any] | None = None
+    success_ci: SummaryInterval | None = None
     """Additive: interval of ``success_rate`` (``method`` ``wilson``, or ``wilson_design_effect`` with repeats)."""
-    reward_ci: dict[str, Any] | None = None
+    reward_ci: SummaryInterval | None = None
     """Additive: interval of ``reward_mean`` (``method`` ``percentile_bootstrap``, or
     ``task_cluster_percentile_bootstrap`` with repeats; a normal approximation for very large runs)."""
     pass_at_k: dict[str, Number] | None = None
@@ -216,6 +254,29 @@ class SummaryCost(Part):
     tokens: dict[str, Int]
 
 
+class CategoryRow(Part):
+    """One row of ``breakdowns.category``: the published three keys, then the units, ``small_n`` and intervals.
+
+    The additive keys are in ``summary.json`` for runs with repeats, and computed where shown for
+    one-repeat runs (``category_intervals``, docs/statistics.md).
+    """
+
+    episodes: Int
+    reward_mean: Number | None
+    success_rate: Number | None
+    tasks: Int | None = None
+    small_n: Bool | None = None
+    """Fewer than 10 sampling units: read the intervals as a rough range."""
+    success_ci: SummaryInterval | None = None
+    reward_ci: SummaryInterval | None = None
+
+
+class SummaryBreakdowns(Part):
+    """``breakdowns`` of a summary (additive): per-category rows, sorted by category."""
+
+    category: dict[str, CategoryRow] = {}
+
+
 class EvalSummary(Document):
     """``summary.json`` (``shopsimrl-eval-summary-v2``, runtime-semantics §13) plus additive blocks."""
 
@@ -230,6 +291,10 @@ class EvalSummary(Document):
     behavior: SummaryBehavior
     cost: SummaryCost
     errors: dict[str, Int]
+    reward_components_sem: dict[str, Number | None] | None = None
+    """Additive: SEM of each reward component's mean (None with fewer than two values)."""
+    breakdowns: SummaryBreakdowns | None = None
+    """Additive: per-category rows (absent when no episode has a category)."""
 
 
 class ComparisonAlignment(Part):

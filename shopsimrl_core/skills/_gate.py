@@ -36,6 +36,7 @@ from shopsimrl_core.analysis._ols import (
 )
 from shopsimrl_core.documents._base import Document
 from shopsimrl_core.documents._registry import document_for
+from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.skills._pairing import (
     BareBaseline,
     _gate_error,
@@ -348,8 +349,14 @@ def run_masked(
 
 
 def run_summary(result: Any) -> dict[str, Any]:
-    """The run summary of a runner's result (``{}`` for a result without one)."""
+    """The run summary of a runner's result as the JSON object a gate manifest records (``{}`` without one).
+
+    A ``RunResult`` carries an ``EvalSummary`` (its ``to_json()``, the bytes of ``summary.json``); a
+    custom runner's result may carry the plain object.
+    """
     summary = getattr(result, "summary", None)
+    if isinstance(summary, EvalSummary):
+        return summary.to_json()
     return summary if isinstance(summary, dict) else {}
 
 

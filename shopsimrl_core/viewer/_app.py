@@ -43,6 +43,7 @@ from shopsimrl_core.viewer._data import (
     number_param,
     page_of,
     read_json,
+    read_summary,
     run_meta,
 )
 from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
@@ -260,7 +261,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             "category": sorted(str(v) for v in episodes.get_column("category").drop_nulls().unique().to_list()),
             "label": label_choices,
         }
-        summary = read_json(run.path / "summary.json")
+        summary = read_summary(run.path / "summary.json")
         return render(
             "run",
             rel=run.rel,
@@ -425,14 +426,14 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             return refused(str(exc))
 
     def side(run: RunRef) -> dict[str, Any]:
-        summary = read_json(run.path / "summary.json") or {}
+        summary = read_summary(run.path / "summary.json")
         return {
             "rel": run.rel,
             "run_href": _href_run(run.rel),
             **run_meta(run),
-            "n": (summary.get("counts") or {}).get("completed"),
-            "reward_mean": (summary.get("primary") or {}).get("reward_mean"),
-            "success_rate": (summary.get("primary") or {}).get("success_rate"),
+            "n": None if summary is None else summary.counts.completed,
+            "reward_mean": None if summary is None else summary.primary.reward_mean,
+            "success_rate": None if summary is None else summary.primary.success_rate,
         }
 
     def compare_page(request: Request) -> Response:

@@ -15,9 +15,12 @@ from typing import Any
 
 from shopsimrl_core._hashing import json_object
 from shopsimrl_core.adapters._json import loads
+from shopsimrl_core.documents._base import DocumentError
+from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.viewer._paths import RunRef
 
-__all__ = ["IndexCache", "RunRows", "json_text", "labels_of", "number_param", "page_of", "read_json", "run_meta"]
+__all__ = ["IndexCache", "RunRows", "json_text", "labels_of", "number_param", "page_of", "read_json", "read_summary",
+           "run_meta"]
 
 
 def json_text(value: Any) -> str:
@@ -28,6 +31,21 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+
+
+def read_summary(path: Path) -> EvalSummary | None:
+    """A run's ``summary.json`` as its typed document; None when it is missing, unreadable or of another format.
+
+    The viewer shows any folder: a summary it cannot read leaves the run's pages without one (the run
+    list then counts from the run index) rather than failing them.
+    """
+    value = read_json(path)
+    if value is None:
+        return None
+    try:
+        return EvalSummary.parse(value, str(path))
+    except DocumentError:
         return None
 
 
@@ -115,18 +133,17 @@ class RunRows:
     def _read(self, run: RunRef, *, has_index: bool) -> dict[str, Any]:
         meta = run_meta(run)
         row: dict[str, Any] = {**meta, "source": None}
-        summary = read_json(run.path / "summary.json")
-        if isinstance(summary, dict) and isinstance(summary.get("counts"), dict):
-            counts = summary["counts"]
-            primary = json_object(summary.get("primary"))
+        summary = read_summary(run.path / "summary.json")
+        if summary is not None:
+            counts = summary.counts
             row.update(
                 source="summary",
-                completed=counts.get("completed"),
-                requested=counts.get("requested"),
-                coverage=counts.get("coverage"),
-                failed=counts.get("failed"),
-                reward_mean=primary.get("reward_mean"),
-                success_rate=primary.get("success_rate"),
+                completed=counts.completed,
+                requested=counts.requested,
+                coverage=counts.coverage,
+                failed=counts.failed,
+                reward_mean=summary.primary.reward_mean,
+                success_rate=summary.primary.success_rate,
             )
         elif has_index:
             row.update(source="index", **_counts_from_index(self._indexes.get(run.path), meta.get("requested")))

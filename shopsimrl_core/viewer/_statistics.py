@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import json_object
+from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = ["design_view", "gate_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
@@ -29,19 +30,15 @@ _MAX_STORED = 50  # comparison documents looked at in run B's directory
 _MAX_GATES = 200  # Gate A contributions documents looked at under the roots for one SkillBank
 
 
-def _num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _repeats(design: dict[str, Any]) -> str | None:
-    low, high = design.get("repeats_min"), design.get("repeats_max")
-    if not isinstance(low, int) or not isinstance(high, int):
+def _repeats(design: SamplingDesign | None) -> str | None:
+    if design is None or design.repeats_min is None or design.repeats_max is None:
         return None
+    low, high = design.repeats_min, design.repeats_max
     return str(low) if low == high else f"{low}–{high}"
 
 
-def design_view(summary: Any, run_index: Any = None) -> dict[str, Any] | None:
-    """The run page's intervals and sampling design, from a ``summary.json`` value (None without one).
+def design_view(summary: EvalSummary | None, run_index: Any = None) -> dict[str, Any] | None:
+    """The run page's intervals and sampling design, from the run's summary (None without one).
 
     ``clustered`` runs (``primary.sampling_design`` present: some task has several episodes) show
     tasks × repeats, each interval's method and the design effects; one-repeat runs show their
@@ -49,65 +46,62 @@ def design_view(summary: Any, run_index: Any = None) -> dict[str, Any] | None:
     tasks and ``small_n`` flag: the core's ``category_intervals`` of the summary and *run_index* (the
     page's opened ``RunIndex``; without one, rows show only what the summary holds).
     """
-    if not isinstance(summary, dict):
+    if summary is None:
         return None
-    primary = json_object(summary.get("primary"))
-    counts = json_object(summary.get("counts"))
-    design = json_object(primary.get("sampling_design"))
-    effects = json_object(design.get("design_effect"))
+    primary, counts = summary.primary, summary.counts
+    design = primary.sampling_design
+    effects = design.design_effect if design is not None else {}
     repeats = _repeats(design)
     rows = []
-    for label, value_key, ci_key, metric in (
-        ("success rate", "success_rate", "success_ci", "success"),
-        ("reward mean", "reward_mean", "reward_ci", "reward"),
+    for label, value, ci, metric in (
+        ("success rate", primary.success_rate, primary.success_ci, "success"),
+        ("reward mean", primary.reward_mean, primary.reward_ci, "reward"),
     ):
-        ci = json_object(primary.get(ci_key))
-        if design:
-            units = f"{ci.get('tasks', design.get('tasks'))} tasks × {repeats or '?'}"
-        elif _num(ci.get("n")):
-            units = f"{ci['n']} episodes"
+        if design is not None:
+            units = f"{ci.tasks if ci is not None and ci.tasks is not None else design.tasks} tasks × {repeats or '?'}"
+        elif ci is not None and ci.n is not None:
+            units = f"{ci.n} episodes"
         else:
-            units = f"{counts.get('completed', '?')} episodes"
+            units = f"{counts.completed} episodes"
         rows.append(
             {
                 "metric": label,
-                "estimate": primary.get(value_key),
-                "low": ci.get("low"),
-                "high": ci.get("high"),
-                "method": ci.get("method"),
-                "level": ci.get("confidence_level"),
+                "estimate": value,
+                "low": None if ci is None else ci.low,
+                "high": None if ci is None else ci.high,
+                "method": None if ci is None else ci.method,
+                "level": None if ci is None else ci.confidence_level,
                 "units": units,
-                "design_effect": effects.get(metric) if design else None,
-                "design_effect_used": ci.get("design_effect"),
-                "effective_n": ci.get("effective_n"),
+                "design_effect": effects.get(metric) if design is not None else None,
+                "design_effect_used": None if ci is None else ci.design_effect,
+                "effective_n": None if ci is None else ci.effective_n,
             }
         )
     categories = []
     for name, row in sorted(_CATEGORIES.rows(summary, run_index).items()):
-        row = json_object(row)
-        success_ci, reward_ci = json_object(row.get("success_ci")), json_object(row.get("reward_ci"))
+        success_ci, reward_ci = row.success_ci, row.reward_ci
         categories.append(
             {
                 "name": name,
-                "tasks": row.get("tasks"),
-                "episodes": row.get("episodes"),
-                "success": row.get("success_rate"),
-                "success_low": success_ci.get("low"),
-                "success_high": success_ci.get("high"),
-                "reward": row.get("reward_mean"),
-                "reward_low": reward_ci.get("low"),
-                "reward_high": reward_ci.get("high"),
-                "small_n": row.get("small_n") is True,
-                "methods": " / ".join(str(m) for m in (success_ci.get("method"), reward_ci.get("method")) if m),
+                "tasks": row.tasks,
+                "episodes": row.episodes,
+                "success": row.success_rate,
+                "success_low": None if success_ci is None else success_ci.low,
+                "success_high": None if success_ci is None else success_ci.high,
+                "reward": row.reward_mean,
+                "reward_low": None if reward_ci is None else reward_ci.low,
+                "reward_high": None if reward_ci is None else reward_ci.high,
+                "small_n": row.small_n is True,
+                "methods": " / ".join(ci.method for ci in (success_ci, reward_ci) if ci is not None and ci.method),
             }
         )
     return {
-        "clustered": bool(design),
-        "tasks": design.get("tasks"),
-        "episodes": design.get("episodes", counts.get("completed")),
+        "clustered": design is not None,
+        "tasks": None if design is None else design.tasks,
+        "episodes": counts.completed if design is None else design.episodes,
         "repeats": repeats,
         "design_effect": effects,
-        "reward_sem_cluster": design.get("reward_sem"),
+        "reward_sem_cluster": None if design is None else design.reward_sem,
         "rows": rows,
         "categories": categories,
     }
@@ -125,15 +119,16 @@ class _CategoryRows:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: dict[Path, tuple[Any, dict[str, Any]]] = {}
+        self._items: dict[Path, tuple[Any, dict[str, CategoryRow]]] = {}
 
-    def rows(self, summary: dict[str, Any], run_index: Any) -> dict[str, Any]:
+    def rows(self, summary: EvalSummary, run_index: Any) -> dict[str, CategoryRow]:
         from shopsimrl_core.analysis import category_intervals
 
-        breakdown = json_object(json_object(summary.get("breakdowns")).get("category"))
+        breakdown = summary.breakdowns.category if summary.breakdowns is not None else {}
         if run_index is None or not breakdown:
             return breakdown
-        key = (getattr(run_index, "covered_bytes", None), json.dumps(breakdown, sort_keys=True))
+        shown = {name: row.to_json() for name, row in breakdown.items()}
+        key = (getattr(run_index, "covered_bytes", None), json.dumps(shown, sort_keys=True))
         path = Path(run_index.run_dir)
         with self._lock:
             hit = self._items.get(path)

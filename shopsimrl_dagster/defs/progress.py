@@ -5,18 +5,29 @@ minimum detectable difference of its comparison with the point before it (where 
 """
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 
 import shopsimrl_core as core
-from shopsimrl_core.documents import SuiteProgress
+from shopsimrl_core.documents import EvalSummary, SuiteProgress
+from shopsimrl_core.documents._pipeline import PointComparison
 
 from ..report import comparison_point, metadata_float, progress_points, progress_table, write_progress_chart
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
-from .run_files import read_json_object
+from .run_files import read_document, read_json_object
 
 __all__ = ["build_progress"]
+
+
+def _summary(path: Path, context: dg.AssetExecutionContext) -> EvalSummary | None:
+    """The checkpoint's summary, or None when it has none or one of another format (logged, left out)."""
+    try:
+        return read_document(path, EvalSummary)
+    except core.ShopSimRLError as exc:
+        context.log.warning(f"progress: {exc.one_line()}; this checkpoint is left out")
+        return None
 
 
 def build_progress(
@@ -43,7 +54,7 @@ def build_progress(
     ) -> Iterator[dg.MaterializeResult]:
         settings = evaluation_suites.settings()
         points = progress_points(
-            (c.checkpoint_id, c.step, read_json_object(run_storage.run_dir(name, c.checkpoint_id) / "summary.json"))
+            (c.checkpoint_id, c.step, _summary(run_storage.run_dir(name, c.checkpoint_id) / "summary.json", context))
             for c in checkpoint_registry.checkpoints()
         )
         if not points:
@@ -51,7 +62,7 @@ def build_progress(
             return
         # The comparison of each point with the one before it, where checkpoint_comparison wrote one.
         for before, point in zip(points, points[1:]):
-            path = run_storage.run_dir(name, point["checkpoint_id"]) / f"comparison_vs_{before['checkpoint_id']}.json"
+            path = run_storage.run_dir(name, point.checkpoint_id) / f"comparison_vs_{before.checkpoint_id}.json"
             found = read_json_object(path)
             if found is None:
                 continue
@@ -60,7 +71,7 @@ def build_progress(
             except core.ShopSimRLError as exc:
                 context.log.warning(f"progress: {exc.one_line()}; its comparison is left out")
                 continue
-            point["vs_previous"] = comparison_point(before["checkpoint_id"], doc)
+            point.vs_previous = PointComparison.model_validate(comparison_point(before.checkpoint_id, doc))
         out_dir = run_storage.progress_dir(name)
         chart = write_progress_chart(
             out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
@@ -74,17 +85,13 @@ def build_progress(
             metadata={
                 "suite": name,
                 "checkpoints": len(points),
-                "latest_checkpoint": latest["checkpoint_id"],
-                "latest_step": latest["step"],
-                "latest_reward": metadata_float(latest["reward"]),
-                "latest_success_rate": metadata_float(latest["success_rate"]),
+                "latest_checkpoint": latest.checkpoint_id,
+                "latest_step": latest.step,
+                "latest_reward": metadata_float(latest.reward),
+                "latest_success_rate": metadata_float(latest.success_rate),
                 # The minimum detectable difference of the latest comparison with the point before it.
-                "latest_mde_reward": metadata_float(
-                    ((latest["vs_previous"] or {}).get("reward") or {}).get("minimum_detectable_difference")
-                ),
-                "latest_mde_r_success": metadata_float(
-                    ((latest["vs_previous"] or {}).get("r_success") or {}).get("minimum_detectable_difference")
-                ),
+                "latest_mde_reward": metadata_float(_mde(latest.vs_previous, "reward")),
+                "latest_mde_r_success": metadata_float(_mde(latest.vs_previous, "r_success")),
                 "chart": dg.MetadataValue.md(
                     f"![{name}: reward and success by training step](data:image/png;base64,{chart})"
                 ),
@@ -95,3 +102,8 @@ def build_progress(
         )
 
     return progress
+
+
+def _mde(comparison: PointComparison | None, metric: str) -> float | int | None:
+    change = None if comparison is None else (comparison.reward if metric == "reward" else comparison.r_success)
+    return None if change is None else change.minimum_detectable_difference

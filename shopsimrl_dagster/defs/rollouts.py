@@ -35,7 +35,7 @@ def _rollout_metadata(
     *,
     suite_name: str,
     checkpoint: Any,
-    result: Any,
+    result: core.RunResult,
     audit: core.TraceAudit,
     manifest: dict[str, Any] | None,
     completed_before: int,
@@ -48,8 +48,8 @@ def _rollout_metadata(
     run_dir: Path,
     viewer_url: str,
 ) -> dict[str, Any]:
-    counts = result.summary.get("counts", {})
-    tokens = result.summary.get("cost", {}).get("tokens", {})
+    counts = result.counts
+    tokens = result.summary.cost.tokens
     return {
         "suite": suite_name,
         "checkpoint_step": checkpoint.step,
@@ -59,15 +59,15 @@ def _rollout_metadata(
         if (served := (manifest or {}).get("plan", {}).get("model", {}).get("served"))
         else dg.MetadataValue.null(),
         "environment": environment_url,
-        "coverage": float(counts.get("coverage") or 0.0),
-        "episodes_requested": int(counts.get("requested") or 0),
-        "episodes_completed": int(counts.get("completed") or 0),
-        "episodes_failed": int(counts.get("failed") or 0),
+        "coverage": float(counts.coverage),
+        "episodes_requested": counts.requested,
+        "episodes_completed": counts.completed,
+        "episodes_failed": counts.failed,
         "episodes_completed_before_this_run": completed_before,
         "attempts_this_run": int(result.attempts),
         "failures_by_stage": dg.MetadataValue.json(audit.failures_by_stage),
         "trace_lines": audit.lines,
-        "total_tokens": int(tokens.get("total_tokens") or 0),
+        "total_tokens": tokens.get("total_tokens", 0),
         "tokens": dg.MetadataValue.json(tokens),
         "wall_time_s": round(wall_s, 3),
         "plan_fingerprint": str((manifest or {}).get("plan_fingerprint")),
@@ -179,7 +179,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
             job_plan = read_document(run_storage.plan_path(name), SuiteJobPlan)
         check_results = rollout_check_results(
             asset_key=rollout_key,
-            coverage=result.summary.get("counts", {}).get("coverage"),
+            coverage=result.counts.coverage,
             audit=audit,
             manifest=manifest,
             job_plan=None if job_plan is None else job_plan.to_json(),
@@ -195,7 +195,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
             manifest=manifest,
             # No start event when nothing was left to run: everything complete was complete before.
             completed_before=before.get(
-                "done", int(result.summary.get("counts", {}).get("completed") or 0) if result.attempts == 0 else 0
+                "done", result.counts.completed if result.attempts == 0 else 0
             ),
             wall_s=time.monotonic() - started,
             model_base_url=inference_endpoint.base_url_for(checkpoint),

@@ -11,6 +11,8 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import EvalSummary
+from shopsimrl_core.documents._runs import SummaryBreakdowns
 
 from ..report import (
     category_table,
@@ -24,7 +26,7 @@ from ..report import (
 from .failures import as_failure
 from .partitions import checkpoints
 from .resources import EvaluationSuites, RunStorage
-from .run_files import read_json_object, viewer_run_url
+from .run_files import read_document, viewer_run_url
 
 __all__ = ["build_eval_summary"]
 
@@ -52,58 +54,54 @@ def _cached_chart(path: Path, drawn: dict[str, Any], draw: Any) -> str:
 
 
 def _summary_metadata(
-    summary: dict[str, Any], suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str
+    summary: EvalSummary, suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str
 ) -> dict[str, Any]:
-    counts, primary, behavior = summary["counts"], summary["primary"], summary["behavior"]
-    success_ci = primary.get("success_ci") or {}
-    reward_ci = primary.get("reward_ci") or {}
-    design = primary.get("sampling_design")
-    reward, success = primary.get("reward_mean"), primary.get("success_rate")
-    components = summary.get("reward_components") or {}
+    counts, primary, behavior = summary.counts, summary.primary, summary.behavior
+    success_ci, reward_ci, design = primary.success_ci, primary.reward_ci, primary.sampling_design
+    reward_low, reward_high = (None, None) if reward_ci is None else (reward_ci.low, reward_ci.high)
+    success_low, success_high = (None, None) if success_ci is None else (success_ci.low, success_ci.high)
+    reward, success = primary.reward_mean, primary.success_rate
+    components = summary.reward_components
     metadata: dict[str, Any] = {
         "suite": suite_name,
         # Rounded text for reading first, labelled by the interval's own method (task-resampled with
         # repeats), then the raw floats (the UI plots these across partitions).
-        "reward_display": rounded(
-            reward, reward_ci.get("low"), reward_ci.get("high"), interval_note(reward_ci, design, "reward")
-        ),
-        "success_display": rounded(
-            success, success_ci.get("low"), success_ci.get("high"), interval_note(success_ci, design, "success")
-        ),
+        "reward_display": rounded(reward, reward_low, reward_high, interval_note(reward_ci, design, "reward")),
+        "success_display": rounded(success, success_low, success_high, interval_note(success_ci, design, "success")),
         # Raw floats (the UI plots these across partitions) beside rounded text for reading.
         "reward": metadata_float(reward),
-        "reward_ci_low": metadata_float(reward_ci.get("low")),
-        "reward_ci_high": metadata_float(reward_ci.get("high")),
-        "reward_sem": metadata_float(primary.get("reward_sem")),
+        "reward_ci_low": metadata_float(reward_low),
+        "reward_ci_high": metadata_float(reward_high),
+        "reward_sem": metadata_float(primary.reward_sem),
         "success_rate": metadata_float(success),
-        "success_ci_low": metadata_float(success_ci.get("low")),
-        "success_ci_high": metadata_float(success_ci.get("high")),
+        "success_ci_low": metadata_float(success_low),
+        "success_ci_high": metadata_float(success_high),
         "reward_components": dg.MetadataValue.table(*mapping_table(components, "component", "mean")),
-        "steps_mean": metadata_float(behavior.get("steps_mean")),
-        "protocol_error_rate": float(behavior.get("protocol_error_rate") or 0.0),
-        "invalid_action_rate": float(behavior.get("invalid_action_rate") or 0.0),
+        "steps_mean": metadata_float(behavior.steps_mean),
+        "protocol_error_rate": float(behavior.protocol_error_rate or 0.0),
+        "invalid_action_rate": float(behavior.invalid_action_rate or 0.0),
         "termination_reasons": dg.MetadataValue.table(
-            *mapping_table(behavior.get("termination_reasons") or {}, "reason", "episodes")
+            *mapping_table(behavior.termination_reasons, "reason", "episodes")
         ),
         "per_category": dg.MetadataValue.table(*category_table(summary)),
         "chart": dg.MetadataValue.md(f"![success and reward by category](data:image/png;base64,{chart_b64})"),
         "chart_path": dg.MetadataValue.path(str(chart_path)),
-        "coverage": float(counts.get("coverage") or 0.0),
-        "episodes_completed": int(counts.get("completed") or 0),
+        "coverage": float(counts.coverage),
+        "episodes_completed": counts.completed,
         "episodes": dg.MetadataValue.url(viewer_url),
         "summary_path": dg.MetadataValue.path(str(run_dir / "summary.json")),
     }
-    if design:
+    if design is not None:
         # Repeats: tasks are the sampling unit (docs/statistics.md); the core's design, as published.
-        effects = design.get("design_effect") or {}
+        effects = design.design_effect
         metadata.update(
             {
                 "sampling_design": design_text(summary),
-                "tasks": int(design["tasks"]),
+                "tasks": design.tasks,
                 "design_effect_reward": metadata_float(effects.get("reward")),
                 "design_effect_success": metadata_float(effects.get("success")),
-                "reward_sem_task_cluster": metadata_float(design.get("reward_sem")),
-                "sampling_design_detail": dg.MetadataValue.json(design),
+                "reward_sem_task_cluster": metadata_float(design.reward_sem),
+                "sampling_design_detail": dg.MetadataValue.json(design.to_json()),
             }
         )
     for name, value in sorted(components.items()):
@@ -152,13 +150,19 @@ def build_eval_summary(
         settings = evaluation_suites.settings()
         run_dir = run_storage.run_dir(name, context.partition_key)
         # The rollout's run_evaluation wrote this summary; reading it shows the core's numbers as they are.
-        summary = read_json_object(run_dir / "summary.json")
-        if summary is None or "primary" not in summary:
+        try:
+            summary = read_document(run_dir / "summary.json", EvalSummary)
+        except core.DocumentError as exc:
+            context.log.warning(f"eval_summary: {exc.one_line()}; rebuilt from the run index")
+            summary = None
+        if summary is None:
             with as_failure():
                 summary = core.summarize_run(run_dir)
-        if summary.get("breakdowns"):
+        if summary.breakdowns is not None and summary.breakdowns.category:
             with as_failure():
-                summary = {**summary, "breakdowns": {"category": core.category_intervals(summary, run_dir)}}
+                rows = core.category_intervals(summary, run_dir)
+            # Shown with their intervals; the file keeps the published rows.
+            summary = summary.model_copy(update={"breakdowns": SummaryBreakdowns(category=rows)})
         chart_path = run_dir / "summary_chart.png"
         title = f"{context.partition_key} · suite {name}"
         chart = _cached_chart(
@@ -167,8 +171,9 @@ def build_eval_summary(
             {
                 "chart": 2,
                 "title": title,
-                "category": (summary.get("breakdowns") or {}).get("category"),
-                "clustered": bool((summary.get("primary") or {}).get("sampling_design")),
+                "category": None if summary.breakdowns is None
+                else {category: row.to_json() for category, row in summary.breakdowns.category.items()},
+                "clustered": summary.primary.sampling_design is not None,
             },
             lambda: write_category_chart(chart_path, summary, title),
         )

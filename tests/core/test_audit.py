@@ -25,7 +25,7 @@ def real_traces(tmp_path: Path, sandbox: Any) -> Path:
     path = tmp_path / "audit.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     result = run_evaluation(load_config(path))
-    assert result.counts["completed"] == 6
+    assert result.counts.completed == 6
     return result.traces_path
 
 

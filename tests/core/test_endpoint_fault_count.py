@@ -35,23 +35,24 @@ def _store(run_dir: Path) -> RunStore:
 def test_summary_counts_every_failed_endpoint_attempt_of_planned_episodes(tmp_path: Path) -> None:
     store = _store(tmp_path / "run")
     summary = summarize_run(store.run_dir)
-    counts = summary["counts"]
-    assert counts["endpoint_faults"] == 3
-    assert (counts["completed"], counts["failed"], counts["unplanned_episodes"]) == (2, 2, 1)
-    assert summary["errors"] == {FAULT: 1, "ShopSimulatorError": 1}  # the latest records, as before
+    counts = summary.counts
+    assert counts.endpoint_faults == 3
+    assert (counts.completed, counts.failed, counts.unplanned_episodes) == (2, 2, 1)
+    assert summary.errors == {FAULT: 1, "ShopSimulatorError": 1}  # the latest records, as before
     # additive, in the document model, and in the file as written
-    assert list(counts)[:7] == ["requested", "trace_files", "completed", "failed", "scored", "coverage",
-                                "endpoint_faults"]
-    parsed = EvalSummary.parse(summary, "summary")
+    assert list(counts.to_json())[:7] == ["requested", "trace_files", "completed", "failed", "scored", "coverage",
+                                          "endpoint_faults"]
+    written = json.loads(store.summary_path.read_text(encoding="utf-8"))
+    assert json.dumps(written) == json.dumps(summary.to_json())
+    parsed = EvalSummary.parse(written, "summary")
     assert parsed.counts.endpoint_faults == 3
-    assert json.dumps(parsed.to_json()) == json.dumps(summary)
-    assert json.loads(store.summary_path.read_text(encoding="utf-8"))["counts"]["endpoint_faults"] == 3
+    assert written["counts"]["endpoint_faults"] == 3
 
 
 def test_a_clean_run_counts_zero(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "run")
     store.append(record(1))
-    assert summarize_run(store.run_dir, write=False)["counts"]["endpoint_faults"] == 0
+    assert summarize_run(store.run_dir, write=False).counts.endpoint_faults == 0
 
 
 def test_the_count_survives_snapshot_compaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +64,7 @@ def test_the_count_survives_snapshot_compaction(tmp_path: Path, monkeypatch: pyt
     assert (store.run_dir / _index.INDEX_SNAPSHOT_NAME).exists()
     store = RunStore(store.run_dir)
     store.append(record(2, status="failed", error_type=FAULT))  # one more, beyond the snapshot
-    assert summarize_run(store.run_dir, write=False)["counts"]["endpoint_faults"] == 4
+    assert summarize_run(store.run_dir, write=False).counts.endpoint_faults == 4
 
 
 def test_a_snapshot_without_the_column_is_rebuilt_not_miscounted(tmp_path: Path) -> None:
@@ -74,4 +75,4 @@ def test_a_snapshot_without_the_column_is_rebuilt_not_miscounted(tmp_path: Path)
     _index._write_snapshot(store.run_dir, old, index._state)
     (store.run_dir / _index.INDEX_LOG_NAME).write_bytes(b"")
     assert "endpoint_faults" not in pl.read_parquet(store.run_dir / _index.INDEX_SNAPSHOT_NAME).columns
-    assert summarize_run(store.run_dir, write=False)["counts"]["endpoint_faults"] == 3
+    assert summarize_run(store.run_dir, write=False).counts.endpoint_faults == 3

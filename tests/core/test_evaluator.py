@@ -37,7 +37,7 @@ def test_run_completes_and_writes_the_run_directory(tmp_path: Path) -> None:
     fake = FakeEpisodes()
     events = []
     result = run_evaluation(_config(tmp_path), episode_fn=fake, progress=events.append)
-    assert result.exit_code == 0 and result.counts["completed"] == 5 and result.counts["coverage"] == 1.0
+    assert result.exit_code == 0 and result.counts.completed == 5 and result.counts.coverage == 1.0
     assert sorted(p.name for p in result.run_dir.iterdir()) == [
         "invocations.jsonl",
         "manifest.json",
@@ -53,7 +53,7 @@ def test_run_completes_and_writes_the_run_directory(tmp_path: Path) -> None:
     assert {line["attempt"]["invocation_id"] for line in lines} == {result.invocation_id}
     assert [e.kind for e in events][:2] == ["start", "wave"] and events[-1].kind == "finish"
     assert events[-1].done == 5 and events[-1].reward_mean == pytest.approx((1.0 + 0.5 + 0.5 + 1.0 + 1.0) / 5)
-    assert json.loads(result.summary_path.read_text(encoding="utf-8")) == result.summary
+    assert json.loads(result.summary_path.read_text(encoding="utf-8")) == result.summary.to_json()
     assert RunStore(result.run_dir).lock_path.read_text() == ""  # released
 
 
@@ -61,10 +61,10 @@ def test_attempt_cap_counts_per_invocation(tmp_path: Path) -> None:
     config = _config(tmp_path, experiment={"max_episode_retries": 1})
     fake = FakeEpisodes({"task-000019__sample-000": ["fail", "fail", "fail", "ok"]})
     first = run_evaluation(config, episode_fn=fake)
-    assert first.exit_code == 1 and first.counts["failed"] == 1
+    assert first.exit_code == 1 and first.counts.failed == 1
     assert fake.calls.count("task-000019__sample-000") == 2
     second = run_evaluation(config, episode_fn=fake)  # a rerun retries incomplete episodes again
-    assert second.resumed and second.exit_code == 0 and second.counts["failed"] == 0
+    assert second.resumed and second.exit_code == 0 and second.counts.failed == 0
     numbers = [r["attempt"]["number"] for r in _lines(second.run_dir) if r["episode_id"] == "task-000019__sample-000"]
     assert numbers == [1, 2, 3, 4]
     assert fake.calls.count("task-000020__sample-000") == 1  # complete episodes are not rerun
@@ -83,7 +83,7 @@ def test_runtime_exception_becomes_boundary_record(tmp_path: Path) -> None:
     result = run_evaluation(_config(tmp_path), episode_fn=fake)
     boundary = [r for r in _lines(result.run_dir) if r["status"] == "failed"]
     assert len(boundary) == 1 and boundary[0]["error"]["stage"] == "evaluator_boundary"
-    assert boundary[0]["error"]["type"] == "RuntimeError" and result.counts["completed"] == 5
+    assert boundary[0]["error"]["type"] == "RuntimeError" and result.counts.completed == 5
 
 
 def test_concurrency_is_bounded(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_workers_start_spaced_then_keep_every_slot_busy(tmp_path: Path) -> None:
         folder.mkdir()
         config = _config(folder, experiment={"concurrency": 4, "start_spacing_seconds": spacing}, tasks={"repeats": 2})
         result = run_evaluation(config, episode_fn=timed(fake, seen))
-        assert result.counts["completed"] == 10 and fake.max_in_flight == 4
+        assert result.counts.completed == 10 and fake.max_in_flight == 4
         # the first four start before any episode ends, worker k no sooner than k spacings after
         # the first (a sleep never ends early)
         assert [in_flight for _, in_flight in seen[:4]] == [0, 1, 2, 3]
@@ -183,7 +183,7 @@ def test_cancellation_stops_cleanly(tmp_path: Path) -> None:
     store.acquire_lock("after")  # the lock was released
     store.release_lock()
     resumed = run_evaluation(config, episode_fn=FakeEpisodes())
-    assert resumed.counts["completed"] == 5 and len(_lines(config.run_dir)) == 5
+    assert resumed.counts.completed == 5 and len(_lines(config.run_dir)) == 5
 
 
 def test_only_failed_reruns_failed_episodes_only(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_only_failed_reruns_failed_episodes_only(tmp_path: Path) -> None:
     fake.calls.clear()
     result = run_evaluation(config, episode_fn=fake, only_failed=True)
     assert fake.calls == ["task-000002__sample-000"]
-    assert result.counts["completed"] == 3 and not store.index().is_complete("task-000007__sample-000")
+    assert result.counts.completed == 3 and not store.index().is_complete("task-000007__sample-000")
 
 
 def test_legacy_wave_vectors(tmp_path: Path) -> None:
@@ -209,11 +209,11 @@ def test_legacy_wave_vectors(tmp_path: Path) -> None:
     ok_third = _config(tmp_path / "a", tasks={"split": "train", "sample_size": 1})
     eid = f"task-{build_first(ok_third):06d}__sample-000"
     result = run_evaluation(ok_third, episode_fn=FakeEpisodes({eid: ["fail", "fail", "ok"]}))
-    assert len(_lines(result.run_dir)) == 3 and result.counts["completed"] == 1 and result.exit_code == 0
+    assert len(_lines(result.run_dir)) == 3 and result.counts.completed == 1 and result.exit_code == 0
     never = _config(tmp_path / "b", tasks={"split": "train", "sample_size": 1})
     result = run_evaluation(never, episode_fn=FakeEpisodes({eid: ["fail"] * 4}))
-    assert len(_lines(result.run_dir)) == 3 and result.counts["failed"] == 1
-    assert result.summary["primary"]["reward_mean"] is None and result.exit_code == 1
+    assert len(_lines(result.run_dir)) == 3 and result.counts.failed == 1
+    assert result.summary.primary.reward_mean is None and result.exit_code == 1
 
 
 def build_first(config) -> int:

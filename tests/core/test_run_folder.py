@@ -35,13 +35,13 @@ def test_the_next_writer_cuts_a_torn_tail_instead_of_keeping_it(tmp_path: Path) 
     whole = store.traces_path.read_bytes()
     with open(store.traces_path, "ab") as handle:
         handle.write(b'{"schema_version": "shopsimrl-episode-v4", "episode_id": "task-000002__sam')  # a killed write
-    assert summarize_run(tmp_path, write=False)["counts"]["trace_files"] == 1  # readers skip it meanwhile
+    assert summarize_run(tmp_path, write=False).counts.trace_files == 1  # readers skip it meanwhile
     store = RunStore(tmp_path)
     store.append(record(2))
     records = _lines(store.traces_path)
     assert [r["episode_id"] for r in records] == ["task-000001__sample-000", "task-000002__sample-000"]
     assert store.traces_path.read_bytes().startswith(whole)
-    assert summarize_run(tmp_path, write=False)["counts"]["completed"] == 2
+    assert summarize_run(tmp_path, write=False).counts.completed == 2
 
 
 def test_cut_torn_tail_finds_the_last_newline_far_back(tmp_path: Path) -> None:

@@ -256,12 +256,12 @@ def test_new_behaviour_duplicate_completed_is_counted(tmp_path: Path) -> None:
     the additive ``counts.duplicate_completed`` (0 on a clean run)."""
     config = _config(tmp_path)
     result = run_evaluation(config, episode_fn=FakeEpisodes())
-    assert result.counts["duplicate_completed"] == 0
+    assert result.counts.duplicate_completed == 0
     with open(result.traces_path, "a", encoding="utf-8") as handle:  # a second writer's copy of one episode
         handle.write(json.dumps(record(19, split="val")) + "\n")
     summary = summarize_run(result.run_dir)
-    assert summary["counts"]["duplicate_completed"] == 1
-    assert summary["counts"]["completed"] == 5 and summary["counts"]["coverage"] == 1.0
+    assert summary.counts.duplicate_completed == 1
+    assert summary.counts.completed == 5 and summary.counts.coverage == 1.0
 
 
 def test_new_behaviour_plan_warns_when_send_seed_is_false(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -467,7 +467,7 @@ def test_new_behaviour_retry_failed_reruns_only_failed_over_real_http(
     jobs = build_plan(config).jobs
     failing = jobs[1].episode_id
     first = run_evaluation(config, episode_fn=FakeEpisodes({failing: ["fail"]}))
-    assert first.counts["failed"] == 1 and first.counts["completed"] == 2
+    assert first.counts.failed == 1 and first.counts.completed == 2
     assert cli_main(["retry-failed", "--progress", "none", str(path)]) in (0, 1)
     lines = [json.loads(line) for line in first.traces_path.read_text(encoding="utf-8").splitlines()]
     assert [line["episode_id"] for line in lines[3:]] == [failing]  # one new attempt, for the failed episode only

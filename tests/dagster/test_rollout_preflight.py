@@ -143,7 +143,7 @@ def test_a_rollout_adds_no_health_check_to_the_cores_and_shows_the_preflight_rep
         done = core.run_evaluation(core.load_config(alone))
         core_gets[attempt] = _gets(env, model)
         assert done.preflight is not None and done.preflight.served_models == [sandbox.served_model]
-        assert done.counts["completed"] == 4
+        assert done.counts.completed == 4
     # The Dagster layer adds no GET of its own (it used to check both servers before the core's preflight did),
     # and the model endpoint is asked for its models once per run.
     assert dagster_gets == core_gets, (dagster_gets, core_gets)

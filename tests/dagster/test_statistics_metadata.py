@@ -84,18 +84,18 @@ def test_a_one_repeat_summary_keeps_its_labels_and_adds_category_intervals(offli
     # summary.json keeps the published rows; the table's intervals are the core's category_intervals
     published = ["episodes", "reward_mean", "success_rate"]
     assert all(list(row) == published for row in doc["breakdowns"]["category"].values())
-    categories = core.category_intervals(doc, run_dir)
+    categories = core.category_intervals(core.EvalSummary.parse(doc, "summary.json"), run_dir)
     assert set(rows) == set(categories) == {"A", "B", "C"}
     for name, row in rows.items():
         core_row = categories[name]
-        assert row["tasks"] == core_row["tasks"] == 5 - (name == "C")
-        assert row["episodes"] == core_row["episodes"]
-        assert row["small_n"] is core_row["small_n"] is True
-        ci = core_row["success_ci"]
-        assert row["success_95"] == f"[{ci['low']:.3f}, {ci['high']:.3f}]"
-        ci = core_row["reward_ci"]
-        assert row["reward_95"] == f"[{ci['low']:.3f}, {ci['high']:.3f}]"
-        assert row["intervals"] == f"Wilson 95%, n={core_row['episodes']}; percentile_bootstrap 95%"
+        assert row["tasks"] == core_row.tasks == 5 - (name == "C")
+        assert row["episodes"] == core_row.episodes
+        assert row["small_n"] is core_row.small_n is True
+        success_ci, reward_ci = core_row.success_ci, core_row.reward_ci
+        assert success_ci is not None and reward_ci is not None
+        assert row["success_95"] == f"[{success_ci.low:.3f}, {success_ci.high:.3f}]"
+        assert row["reward_95"] == f"[{reward_ci.low:.3f}, {reward_ci.high:.3f}]"
+        assert row["intervals"] == f"Wilson 95%, n={core_row.episodes}; percentile_bootstrap 95%"
 
 
 def test_repeats_show_task_cluster_intervals_and_comparisons_their_detectable_difference(

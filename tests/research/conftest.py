@@ -48,5 +48,5 @@ def train_run(sandbox, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("train")
     result = run_evaluation(load_config(run_config(tmp / "train.yaml", sandbox, name="train", split="train",
                                                    sample_size=12)))
-    assert result.counts["coverage"] == 1.0
+    assert result.counts.coverage == 1.0
     return result.run_dir

@@ -112,7 +112,7 @@ def test_a_round_is_one_backfill_on_the_sandbox(sandbox, analyst, train_run, tmp
     doc_cfg["tasks"]["split_file"] = str(small)
     cfg.write_text(yaml.safe_dump(doc_cfg))
     bare = run_evaluation(load_config(cfg))
-    assert bare.counts["coverage"] == 1.0
+    assert bare.counts.coverage == 1.0
 
     assets = build_research_assets(_settings())
     round_assets = [a for a in assets if a.key in RESEARCH_ASSET_KEYS[1:5]]

@@ -72,7 +72,7 @@ def _traces(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _complete_episodes(result: Any) -> int:
-    return int(result.summary["counts"]["completed"])
+    return int(result.counts.completed)
 
 
 def test_policy_replicas_share_the_traffic_and_a_killed_one_loses_no_episode(
@@ -83,8 +83,8 @@ def test_policy_replicas_share_the_traffic_and_a_killed_one_loses_no_episode(
     result = core.run_evaluation(config, progress=progress)
 
     assert progress.state["killed"]
-    assert result.summary["counts"]["requested"] == EPISODES
-    assert _complete_episodes(result) == EPISODES, result.summary.get("errors")
+    assert result.counts.requested == EPISODES
+    assert _complete_episodes(result) == EPISODES, result.summary.errors
     answered = [step["model"]["metadata"]["replica"] for t in _traces(result.run_dir) for step in t["steps"]]
     assert set(answered) == {u.rstrip("/") for u in replicas}, "both replicas must have answered steps"
     # Replicas serve one checkpoint: the plan is the one of the same config without them.
@@ -130,7 +130,7 @@ def test_two_environment_servers_share_a_run(tmp_path: Path, sandbox: Any, secon
     config = _config(tmp_path, sandbox, "two-envs", environment={"base_urls": servers})
     leases = _LeaseServers(config.run_dir)
     result = core.run_evaluation(config, progress=leases)
-    assert _complete_episodes(result) == EPISODES, result.summary.get("errors")
+    assert _complete_episodes(result) == EPISODES, result.summary.errors
     assert leases.servers == {u.rstrip("/") for u in servers}
     assert not (result.run_dir / "leases.jsonl").exists()  # nothing outstanding after a clean run
     legacy = core.build_plan(_config(tmp_path, sandbox, "two-envs"))
@@ -144,5 +144,5 @@ def test_an_environment_server_dying_mid_run_loses_no_episode(tmp_path: Path, sa
     progress = _kill_after(doomed, 3)
     result = core.run_evaluation(config, progress=progress)
     assert progress.state["killed"]
-    assert _complete_episodes(result) == EPISODES, result.summary.get("errors")
+    assert _complete_episodes(result) == EPISODES, result.summary.errors
     assert doomed.env_url.rstrip("/") in _lease_servers(result.run_dir)

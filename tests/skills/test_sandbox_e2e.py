@@ -35,7 +35,7 @@ def _config(path: Path, sandbox, *, name: str, split: str, sample_size=None, rep
 def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
     train = run_evaluation(load_config(_config(tmp_path / "train.yaml", sandbox, name="train", split="train",
                                                sample_size=24, repeats=2, seed=20260831)))
-    assert train.counts["coverage"] == 1.0
+    assert train.counts.coverage == 1.0
 
     table = label_run(train.run_dir)
     labels = read_labels(table.path)
@@ -56,12 +56,12 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
 
     bare_cfg = _config(tmp_path / "bare.yaml", sandbox, name="bare-val", split="val")
     bare = run_evaluation(load_config(bare_cfg))
-    assert bare.counts["coverage"] == 1.0
+    assert bare.counts.coverage == 1.0
     gate = run_gate_a(GateAConfig(output_dir=tmp_path / "runs" / "gate-a", experiment_config=bare_cfg,
                                   bare_run_dir=bare.run_dir, draft_path=draft_path, bootstrap_samples=200))
     assert gate.status == "complete"
     contributions = gate.contributions
-    assert contributions["observations"] == bare.counts["requested"]
+    assert contributions["observations"] == bare.counts.requested
     assert set(contributions["estimates"]) >= {"reward", "r_strict", "r_success"}
     masked = [json.loads(line) for line in (tmp_path / "runs" / "gate-a" / "traces.jsonl").read_text().splitlines()]
     assert all(r["provenance"]["skills"]["provider"] == "assigned_json_skillbank" for r in masked)

@@ -92,11 +92,13 @@ def test_run_page_shows_the_design_its_intervals_follow(tmp_path: Path, viewer_f
     # summary.json keeps the published category rows; the page shows the core's category_intervals
     summary = json.loads((single / "summary.json").read_text())
     assert "small_n" not in summary["breakdowns"]["category"]["A"]
-    row = core.category_intervals(summary, single)["A"]
+    row = core.category_intervals(core.EvalSummary.parse(summary, "summary.json"), single)["A"]
+    assert row.success_ci is not None and row.reward_ci is not None and row.success_rate is not None
+    assert row.reward_mean is not None
     assert (
-        f"A {row['tasks']} {row['episodes']} {row['success_rate']:.3f} "
-        f"[{row['success_ci']['low']:.3f}, {row['success_ci']['high']:.3f}] {row['reward_mean']:.3f} "
-        f"[{row['reward_ci']['low']:.3f}, {row['reward_ci']['high']:.3f}] wilson / percentile_bootstrap small n"
+        f"A {row.tasks} {row.episodes} {row.success_rate:.3f} "
+        f"[{row.success_ci.low:.3f}, {row.success_ci.high:.3f}] {row.reward_mean:.3f} "
+        f"[{row.reward_ci.low:.3f}, {row.reward_ci.high:.3f}] wilson / percentile_bootstrap small n"
     ) in _text(page, "categories")
 
 

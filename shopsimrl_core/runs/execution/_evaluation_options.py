@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: `shopsimrl run` does not import httpx
     import httpx
 
+    from shopsimrl_core.documents._runs import EvalSummary, SummaryCounts
     from shopsimrl_core.runs.endpoints._preflight import PreflightReport
     from shopsimrl_core.runs.execution._progress import ProgressEvent
     from shopsimrl_core.runs.planning._plan import EvalPlan
@@ -100,8 +101,10 @@ class RunResult:
     """What a finished (or interrupted) evaluation left behind."""
 
     run_dir: Path
-    summary: dict[str, Any]
-    counts: dict[str, Any]
+    summary: EvalSummary
+    """The run's summary document (``summary.json`` is its ``to_json()``)."""
+    counts: SummaryCounts
+    """``summary.counts``."""
     summary_path: Path
     traces_path: Path
     manifest_path: Path
@@ -118,8 +121,4 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         """§5.1: 1 when some planned episode is not complete, else 0."""
-        return (
-            1
-            if self.counts.get("failed", 0) > 0 or self.counts.get("completed", 0) < self.counts.get("requested", 0)
-            else 0
-        )
+        return 1 if self.counts.failed > 0 or self.counts.completed < self.counts.requested else 0

@@ -310,7 +310,7 @@ async def _run_locked(
     return RunResult(
         run_dir=plan.run_dir,
         summary=summary,
-        counts=summary["counts"],
+        counts=summary.counts,
         summary_path=store.summary_path,
         traces_path=store.traces_path,
         manifest_path=store.manifest_path,
