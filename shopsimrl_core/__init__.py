@@ -67,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "category_intervals": "analysis",
     "compare_runs": "analysis",
     "CheckpointRun": "analysis",
+    "Regression": "analysis",
     "best_checkpoint": "analysis",
     "regression_against_best": "analysis",
     "fit_no_intercept_ols": "analysis",
@@ -220,6 +221,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis import CheckpointRun as CheckpointRun
     from shopsimrl_core.analysis import EpisodeOutcome as EpisodeOutcome
     from shopsimrl_core.analysis import LabelTable as LabelTable
+    from shopsimrl_core.analysis import Regression as Regression
     from shopsimrl_core.analysis import TraceAudit as TraceAudit
     from shopsimrl_core.analysis import audit_traces as audit_traces
     from shopsimrl_core.analysis import best_checkpoint as best_checkpoint

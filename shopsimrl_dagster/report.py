@@ -19,8 +19,15 @@ from typing import Any
 
 import dagster as dg
 
-from shopsimrl_core.documents._pipeline import MetricChange, ProgressPoint
-from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign, SummaryInterval
+from shopsimrl_core.documents._pipeline import MetricChange, PointComparison, ProgressPoint
+from shopsimrl_core.documents._runs import (
+    CategoryRow,
+    CheckpointComparison,
+    ComparisonMetric,
+    EvalSummary,
+    SamplingDesign,
+    SummaryInterval,
+)
 
 __all__ = [
     "rounded",
@@ -30,6 +37,7 @@ __all__ = [
     "comparison_verdict",
     "delta_text",
     "comparison_point",
+    "point_change",
     "mapping_table",
     "category_table",
     "progress_points",
@@ -126,7 +134,7 @@ def design_text(summary: EvalSummary) -> str:
     return text + (f", design effect {', '.join(parts)}" if parts else "")
 
 
-def comparison_verdict(values: Mapping[str, Any], digits: int = 3) -> str:
+def comparison_verdict(values: ComparisonMetric, digits: int = 3) -> str:
     """One line on one compared metric (a ``paired.metrics`` entry of the core comparison).
 
     ``within noise: |Δ| 0.018 < MDE 0.063 (interval [-0.021, +0.057] covers 0)`` or
@@ -134,17 +142,15 @@ def comparison_verdict(values: Mapping[str, Any], digits: int = 3) -> str:
     core's ``within_noise`` (the interval covers 0); the minimum detectable difference says how
     large a difference this design would find with 80 % power.
     """
-    delta: Any = values.get("mean_difference")
-    ci: Any = values.get("confidence_interval")
-    mde: Any = values.get("minimum_detectable_difference")
-    noise: Any = values.get("within_noise")
+    delta, ci = values.mean_difference, values.confidence_interval
+    mde, noise = values.minimum_detectable_difference, values.within_noise
     mde_text = f"MDE {mde:.{digits}f}" if _is_num(mde) else "MDE n/a"
     if not _is_num(delta) or not ci or noise is None:
         return f"no interval (fewer than 2 paired tasks); {mde_text}"
     size = abs(delta)
     interval = f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
     if noise:
-        against = f" {'<' if size < mde else '≥'} {mde_text}" if _is_num(mde) else f", {mde_text}"
+        against = f" {'<' if size < mde else '≥'} {mde_text}" if mde is not None and _is_num(mde) else f", {mde_text}"
         return f"within noise: |Δ| {size:.{digits}f}{against} (interval {interval} covers 0)"
     return f"detected: Δ {delta:+.{digits}f}, interval {interval} excludes 0 ({mde_text})"
 
@@ -161,28 +167,31 @@ def delta_text(delta: Any, low: Any, high: Any, mde: Any, within_noise: Any, dig
     return f"{text} ({mde_text}, {verdict})"
 
 
-def comparison_point(baseline: str, comparison: Mapping[str, Any]) -> dict[str, Any]:
+def _change(values: ComparisonMetric) -> MetricChange:
+    low, high = values.confidence_interval or (None, None)
+    return MetricChange(
+        delta=values.mean_difference,
+        low=low,
+        high=high,
+        minimum_detectable_difference=values.minimum_detectable_difference,
+        sd_difference=values.sd_difference,
+        within_noise=values.within_noise,
+        verdict=comparison_verdict(values),
+    )
+
+
+def comparison_point(baseline: str, comparison: CheckpointComparison) -> PointComparison:
     """What a progress point shows of its comparison with the checkpoint before it.
 
     From the core comparison's ``paired.metrics``, for ``reward`` and ``r_success``: the difference,
     its interval, the minimum detectable difference, ``sd_difference``, ``within_noise`` and a verdict.
     """
-    metrics = (comparison.get("paired") or {}).get("metrics") or {}
-    point: dict[str, Any] = {"baseline": baseline, "pairs": (comparison.get("paired") or {}).get("pairs")}
-    for metric in ("reward", "r_success"):
-        values = metrics.get(metric)
-        if not values:
-            continue
-        ci = values.get("confidence_interval") or [None, None]
-        point[metric] = {
-            "delta": values.get("mean_difference"),
-            "low": ci[0],
-            "high": ci[1],
-            "minimum_detectable_difference": values.get("minimum_detectable_difference"),
-            "sd_difference": values.get("sd_difference"),
-            "within_noise": values.get("within_noise"),
-            "verdict": comparison_verdict(values),
-        }
+    metrics = comparison.paired.metrics
+    point = PointComparison(baseline=baseline, pairs=comparison.paired.pairs)
+    if "reward" in metrics:
+        point.reward = _change(metrics["reward"])
+    if "r_success" in metrics:
+        point.r_success = _change(metrics["r_success"])
     return point
 
 
@@ -299,15 +308,15 @@ def progress_points(runs: Iterable[tuple[str, int, EvalSummary | None]]) -> list
     return sorted(points, key=lambda p: (p.step, p.checkpoint_id))
 
 
-def _change(point: ProgressPoint, metric: str) -> MetricChange | None:
-    previous = point.vs_previous
-    if previous is None:
+def point_change(point: PointComparison | None, metric: str) -> MetricChange | None:
+    """The ``reward`` or ``r_success`` change of a progress point's comparison (None without one)."""
+    if point is None:
         return None
-    return previous.reward if metric == "reward" else previous.r_success
+    return point.reward if metric == "reward" else point.r_success
 
 
 def _mde(point: ProgressPoint, metric: str) -> Any:
-    change = _change(point, metric)
+    change = point_change(point.vs_previous, metric)
     return None if change is None else _round(change.minimum_detectable_difference)
 
 
@@ -318,7 +327,7 @@ def _vs_previous(point: ProgressPoint) -> str:
     parts = [
         f"{label} {change.verdict}"
         for metric, label in (("reward", "reward"), ("r_success", "success"))
-        if (change := _change(point, metric)) is not None
+        if (change := point_change(previous, metric)) is not None
     ]
     return f"vs {previous.baseline}: " + "; ".join(parts)
 

@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "judge_run": "_judge",
     "episode_metrics": "_metrics",
     "CheckpointRun": "_selection",
+    "Regression": "_selection",
     "best_checkpoint": "_selection",
     "regression_against_best": "_selection",
 }
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.analysis._ols import bootstrap_coefficients as bootstrap_coefficients
     from shopsimrl_core.analysis._ols import fit_no_intercept_ols as fit_no_intercept_ols
     from shopsimrl_core.analysis._selection import CheckpointRun as CheckpointRun
+    from shopsimrl_core.analysis._selection import Regression as Regression
     from shopsimrl_core.analysis._selection import best_checkpoint as best_checkpoint
     from shopsimrl_core.analysis._selection import regression_against_best as regression_against_best
     from shopsimrl_core.analysis._stats import bootstrap_mean_ci as bootstrap_mean_ci

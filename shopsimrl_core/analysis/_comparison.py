@@ -18,10 +18,10 @@ from typing import Any
 from shopsimrl_core._hashing import json_list
 from shopsimrl_core.analysis._power import detection_z, minimum_detectable_difference, variance_components
 from shopsimrl_core.analysis._stats import paired_bootstrap_ci
+from shopsimrl_core.documents._runs import CHECKPOINT_COMPARISON_SCHEMA, CheckpointComparison
 
 __all__ = ["CHECKPOINT_COMPARISON_SCHEMA", "compare_runs", "paired_task_means"]
 
-CHECKPOINT_COMPARISON_SCHEMA = "shopsimrl-checkpoint-comparison-v1"
 POWER = 0.8
 """The power at which every comparison reports its minimum detectable difference."""
 
@@ -122,8 +122,11 @@ def compare_runs(
     rng: str = "numpy",
     strict: bool = True,
     intended: tuple[str, ...] | list[str] = (),
-) -> dict[str, Any]:
+) -> CheckpointComparison:
     """Paired comparison of two runs of the same plan on different checkpoints (B minus A).
+
+    Returns the ``shopsimrl-checkpoint-comparison-v1`` document as its model; ``to_json()`` is what
+    ``shopsimrl compare --output`` and the Dagster ``comparison_vs_<baseline>.json`` hold.
 
     Pairs are ``(split, task_id, sample_id)`` episodes complete on both sides; metric values are
     averaged per task over the paired samples, then the mean task-level difference gets a paired
@@ -254,7 +257,8 @@ def compare_runs(
 
     from shopsimrl_core.runs.storage._store import utc_now
 
-    return {
+    # Built in the format's key order; the model keeps exactly these keys (to_json).
+    return CheckpointComparison.model_validate({
         "schema_version": CHECKPOINT_COMPARISON_SCHEMA,
         "created_at": utc_now(),
         "runs": {"a": str(dir_a), "b": str(dir_b)},
@@ -297,7 +301,7 @@ def compare_runs(
                 "within_noise": "the confidence interval covers 0",
             },
         },
-    }
+    })
 
 
 def paired_task_means(a_values: Sequence[float], b_values: Sequence[float]) -> tuple[float, float, float]:

@@ -49,13 +49,13 @@ def _from_comparison(path: Path, metric: str) -> tuple[VarianceComponents, float
             code="power-no-variance",
         )
     observed = float(entry.sd_difference) ** 2
-    vc = entry.variance_components or {}
-    if vc.get("within_task") is not None:
+    vc = entry.variance_components
+    if vc is not None and vc.within_task is not None:
         components = VarianceComponents(
-            between=float(vc.get("between_task") or 0.0),
-            within=float(vc["within_task"]),  # type: ignore[arg-type]
+            between=float(vc.between_task or 0.0),
+            within=float(vc.within_task),
             tasks=entry.pairs,
-            repeats=float(vc.get("repeats") or 1.0),
+            repeats=float(vc.repeats or 1.0),
         )
     else:
         components = VarianceComponents(between=observed, within=None, tasks=entry.pairs, repeats=1.0)

@@ -21,9 +21,10 @@ from typing import Any
 
 from shopsimrl_core.analysis._comparison import compare_runs
 from shopsimrl_core.documents._base import DocumentError
-from shopsimrl_core.documents._runs import EvalSummary
+from shopsimrl_core.documents._pipeline import BestCheckpoint, CheckpointHeadline, PairedDifference
+from shopsimrl_core.documents._runs import CheckpointComparison, EvalSummary
 
-__all__ = ["CheckpointRun", "best_checkpoint", "regression_against_best"]
+__all__ = ["CheckpointRun", "Regression", "best_checkpoint", "regression_against_best"]
 
 _METRIC = "reward"
 
@@ -49,16 +50,16 @@ class CheckpointRun:
             return None
 
 
-def _headline(run: CheckpointRun, summary: EvalSummary) -> dict[str, Any]:
+def _headline(run: CheckpointRun, summary: EvalSummary) -> CheckpointHeadline:
     primary = summary.primary
-    return {
-        "checkpoint_id": run.checkpoint_id,
-        "step": run.step,
-        "reward_mean": primary.reward_mean,
-        "reward_ci": None if primary.reward_ci is None else primary.reward_ci.to_json(),
-        "success_rate": primary.success_rate,
-        "success_ci": None if primary.success_ci is None else primary.success_ci.to_json(),
-    }
+    return CheckpointHeadline(
+        checkpoint_id=run.checkpoint_id,
+        step=run.step,
+        reward_mean=primary.reward_mean,
+        reward_ci=primary.reward_ci,
+        success_rate=primary.success_rate,
+        success_ci=primary.success_ci,
+    )
 
 
 def _ranked(runs: Sequence[CheckpointRun]) -> list[tuple[CheckpointRun, EvalSummary]]:
@@ -70,21 +71,22 @@ def _ranked(runs: Sequence[CheckpointRun]) -> list[tuple[CheckpointRun, EvalSumm
     return sorted(scored, key=lambda pair: (pair[1].primary.reward_mean or 0.0, pair[0].step), reverse=True)
 
 
-def _paired(values: dict[str, Any]) -> dict[str, Any]:
-    ci = values.get("confidence_interval")
-    return {
-        "mean_difference": values.get("mean_difference"),
-        "confidence_interval": list(ci) if ci else None,
-        "minimum_detectable_difference": values.get("minimum_detectable_difference"),
-        "within_noise": values.get("within_noise"),
-    }
+def _paired(comparison: CheckpointComparison) -> PairedDifference:
+    values = comparison.paired.metrics[_METRIC]
+    return PairedDifference(
+        mean_difference=values.mean_difference,
+        confidence_interval=list(values.confidence_interval) if values.confidence_interval else None,
+        minimum_detectable_difference=values.minimum_detectable_difference,
+        within_noise=values.within_noise,
+    )
 
 
-def best_checkpoint(runs: Sequence[CheckpointRun], **compare_options: Any) -> dict[str, Any] | None:
+def best_checkpoint(runs: Sequence[CheckpointRun], **compare_options: Any) -> BestCheckpoint | None:
     """The best of *runs* by mean reward, the runner-up, and whether the paired comparison tells them apart.
 
-    Returns None when no run has a summary. Otherwise ``{"metric", "best", "runner_up", "difference",
-    "distinguishable", "ranking"}``: ``difference`` is the paired comparison of best minus runner-up
+    Returns None when no run has a summary. Otherwise the ``best_checkpoint.json`` document
+    (``metric``, ``best``, ``runner_up``, ``difference``, ``distinguishable``, ``ranking``; written as
+    its ``to_json()``): ``difference`` is the paired comparison of best minus runner-up
     (``mean_difference``, ``confidence_interval``, ``minimum_detectable_difference``, ``within_noise``),
     ``distinguishable`` is true when its interval lies above zero, and null (like ``runner_up`` and
     ``difference``) with a single run. *compare_options* go to :func:`compare_runs`.
@@ -96,41 +98,54 @@ def best_checkpoint(runs: Sequence[CheckpointRun], **compare_options: Any) -> di
     if not ranked:
         return None
     (best, best_summary), rest = ranked[0], ranked[1:]
-    result: dict[str, Any] = {
+    runner_up = difference = distinguishable = None
+    if rest:
+        runner, runner_summary = rest[0]
+        difference = _paired(compare_runs(runner.run_dir, best.run_dir, **compare_options))
+        ci = difference.confidence_interval
+        runner_up, distinguishable = _headline(runner, runner_summary), bool(ci and ci[0] > 0)
+    return BestCheckpoint.model_validate({
+        "schema_version": BestCheckpoint.SCHEMA,
         "metric": _METRIC,
         "best": _headline(best, best_summary),
-        "runner_up": None,
-        "difference": None,
-        "distinguishable": None,
+        "runner_up": runner_up,
+        "difference": difference,
+        "distinguishable": distinguishable,
         "ranking": [_headline(run, summary) for run, summary in ranked],
-    }
-    if rest:
-        runner_up, runner_summary = rest[0]
-        comparison = compare_runs(runner_up.run_dir, best.run_dir, **compare_options)
-        difference = _paired(comparison["paired"]["metrics"][_METRIC])
-        ci = difference["confidence_interval"]
-        result.update(
-            runner_up=_headline(runner_up, runner_summary),
-            difference=difference,
-            distinguishable=bool(ci and ci[0] > 0),
-        )
-    return result
+    })
+
+
+@dataclass(frozen=True)
+class Regression:
+    """Whether a checkpoint is worse than the best earlier one by more than its paired interval."""
+
+    metric: str
+    """The compared metric (``reward``)."""
+    best: CheckpointHeadline
+    """The best earlier checkpoint's headline."""
+    delta: float | int
+    """Mean task-level difference, current minus best."""
+    confidence_interval: list[float | int] | None
+    """Paired bootstrap interval of ``delta`` (None with fewer than two paired tasks)."""
+    minimum_detectable_difference: float | int | None
+    regressed: bool
+    """The whole interval lies below zero."""
 
 
 def regression_against_best(
     earlier: Sequence[CheckpointRun],
     current: CheckpointRun,
     *,
-    comparison_with: tuple[str, dict[str, Any]] | None = None,
+    comparison_with: tuple[str, CheckpointComparison] | None = None,
     **compare_options: Any,
-) -> dict[str, Any] | None:
+) -> Regression | None:
     """Whether *current* is worse than the best of *earlier* by more than its paired interval.
 
-    Returns None when no earlier run has a summary. Otherwise ``{"best", "delta", "confidence_interval",
-    "minimum_detectable_difference", "regressed"}`` with the paired comparison of current minus best;
-    ``regressed`` is true when the whole interval lies below zero. *comparison_with* is an already
-    computed ``(checkpoint_id, compare_runs document of that checkpoint against current)``, reused when
-    that checkpoint is the best (the comparison with the previous checkpoint usually is).
+    Returns None when no earlier run has a summary. Otherwise the :class:`Regression` of the paired
+    comparison of current minus best; ``regressed`` is true when the whole interval lies below zero.
+    *comparison_with* is an already computed ``(checkpoint_id, compare_runs document of that
+    checkpoint against current)``, reused when that checkpoint is the best (the comparison with the
+    previous checkpoint usually is).
     """
     ranked = _ranked(earlier)
     if not ranked:
@@ -140,13 +155,13 @@ def regression_against_best(
         comparison = comparison_with[1]
     else:
         comparison = compare_runs(best.run_dir, current.run_dir, **compare_options)
-    paired = _paired(comparison["paired"]["metrics"][_METRIC])
-    ci = paired["confidence_interval"]
-    return {
-        "metric": _METRIC,
-        "best": _headline(best, best_summary),
-        "delta": paired["mean_difference"],
-        "confidence_interval": ci,
-        "minimum_detectable_difference": paired["minimum_detectable_difference"],
-        "regressed": bool(ci and ci[1] < 0),
-    }
+    paired = _paired(comparison)
+    ci = paired.confidence_interval
+    return Regression(
+        metric=_METRIC,
+        best=_headline(best, best_summary),
+        delta=comparison.paired.metrics[_METRIC].mean_difference,
+        confidence_interval=ci,
+        minimum_detectable_difference=paired.minimum_detectable_difference,
+        regressed=bool(ci and ci[1] < 0),
+    )

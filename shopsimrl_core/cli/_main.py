@@ -218,9 +218,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         rng=args.rng,
         intended=tuple(args.intended),
     )
+    document = result.to_json()
     if args.output:
-        write_json_atomic(args.output, result)
-    _print_json(result)
+        write_json_atomic(args.output, document)
+    _print_json(document)
     return 0
 
 

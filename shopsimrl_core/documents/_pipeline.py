@@ -16,7 +16,7 @@ by hand or by training jobs, so there ``schema_version`` stays optional for good
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from shopsimrl_core._versions import (
     BEST_CHECKPOINT_SCHEMA,
@@ -26,7 +26,7 @@ from shopsimrl_core._versions import (
     SUITE_PROGRESS_SCHEMA,
 )
 from shopsimrl_core.documents._base import Bool, Document, Int, Number, Part, Str
-from shopsimrl_core.documents._runs import Job
+from shopsimrl_core.documents._runs import Job, SummaryInterval
 
 __all__ = [
     "PlanSplit",
@@ -135,9 +135,9 @@ class CheckpointHeadline(Part):
     checkpoint_id: Str
     step: Int
     reward_mean: Number | None
-    reward_ci: dict[str, Any] | None
+    reward_ci: SummaryInterval | None
     success_rate: Number | None
-    success_ci: dict[str, Any] | None
+    success_ci: SummaryInterval | None
 
 
 class PairedDifference(Part):

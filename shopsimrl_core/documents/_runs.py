@@ -31,6 +31,11 @@ __all__ = [
     "CategoryRow",
     "SummaryBreakdowns",
     "EvalSummary",
+    "ComparisonAlignment",
+    "MetricVarianceComponents",
+    "ComparisonMetric",
+    "PairedFlips",
+    "ComparisonPaired",
     "CheckpointComparison",
     "CHECKPOINT_COMPARISON_SCHEMA",
 ]
@@ -307,6 +312,21 @@ class ComparisonAlignment(Part):
     paired_episodes: Int
     incomplete: dict[str, Int]
     unpaired_tasks: dict[str, Int]
+    intended: list[Str] | None = None
+    """Additive: the plan fields the caller named as intended differences (``--intended``)."""
+    unintended_differences: list[Str] | None = None
+    """Additive: the differences outside ``intended`` (empty for a comparison that was allowed)."""
+
+
+class MetricVarianceComponents(Part):
+    """``variance_components`` of a compared metric (runs with repeats): how the differences vary."""
+
+    between_task: Number | None
+    """Variance of the task means of the episode-level differences beyond what the repeats explain."""
+    within_task: Number | None
+    """Variance of the episode-level differences inside a task."""
+    repeats: Number | None
+    """Observed repeats per task (mean)."""
 
 
 class ComparisonMetric(Part):
@@ -324,9 +344,20 @@ class ComparisonMetric(Part):
     ``paired.power.alpha``: ``z · sd_difference / √pairs`` (docs/statistics.md)."""
     within_noise: Bool | None = None
     """Additive: the confidence interval covers 0 (the difference is indistinguishable from noise)."""
-    variance_components: dict[str, Number | None] | None = None
+    variance_components: MetricVarianceComponents | None = None
     """Additive, with repeats: ``between_task`` and ``within_task`` variance of the episode-level
     differences and the observed ``repeats``, so another number of repeats can be planned."""
+
+
+class PairedFlips(Part):
+    """``paired.flips``: tasks whose success (``r_success`` mean ≥ 0.5) changed, and those that did not."""
+
+    gained: Int
+    lost: Int
+    both_success: Int
+    both_failure: Int
+    net: Int
+    """``gained − lost``."""
 
 
 class ComparisonPaired(Part):
@@ -337,7 +368,7 @@ class ComparisonPaired(Part):
     metric_aggregation: Str
     bootstrap: dict[str, Any]
     metrics: dict[str, ComparisonMetric]
-    flips: dict[str, Int] | None
+    flips: PairedFlips | None
     power: dict[str, Any] | None = None
     """Additive: how ``minimum_detectable_difference`` and ``within_noise`` were computed (method, alpha,
     power, z)."""

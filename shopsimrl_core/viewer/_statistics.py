@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import json_object
-from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign
+from shopsimrl_core.documents._runs import CategoryRow, CheckpointComparison, EvalSummary, SamplingDesign
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = ["design_view", "gate_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
@@ -146,48 +146,47 @@ class _CategoryRows:
 _CATEGORIES = _CategoryRows()
 
 
-def _metric_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _metric_rows(doc: CheckpointComparison) -> list[dict[str, Any]]:
     """The comparison's metrics, ``reward`` and ``r_success`` first, each with its power fields."""
-    metrics = json_object(json_object(doc.get("paired")).get("metrics"))
+    metrics = doc.paired.metrics
     order = [m for m in ("reward", "r_success") if m in metrics] + sorted(
         m for m in metrics if m not in ("reward", "r_success")
     )
     rows = []
     for name in order:
-        values = json_object(metrics[name])
-        ci = values.get("confidence_interval")
-        components = json_object(values.get("variance_components"))
+        values = metrics[name]
+        ci = values.confidence_interval
+        components = values.variance_components
         rows.append(
             {
                 "metric": name,
-                "a_mean": values.get("a_mean"),
-                "b_mean": values.get("b_mean"),
-                "delta": values.get("mean_difference"),
-                "low": ci[0] if isinstance(ci, list) and len(ci) == 2 else None,
-                "high": ci[1] if isinstance(ci, list) and len(ci) == 2 else None,
-                "sd_difference": values.get("sd_difference"),
-                "mde": values.get("minimum_detectable_difference"),
-                "within_noise": values.get("within_noise"),
-                "between_task": components.get("between_task"),
-                "within_task": components.get("within_task"),
-                "repeats": components.get("repeats"),
+                "a_mean": values.a_mean,
+                "b_mean": values.b_mean,
+                "delta": values.mean_difference,
+                "low": ci[0] if ci is not None and len(ci) == 2 else None,
+                "high": ci[1] if ci is not None and len(ci) == 2 else None,
+                "sd_difference": values.sd_difference,
+                "mde": values.minimum_detectable_difference,
+                "within_noise": values.within_noise,
+                "between_task": None if components is None else components.between_task,
+                "within_task": None if components is None else components.within_task,
+                "repeats": None if components is None else components.repeats,
                 "headline": name in ("reward", "r_success"),
             }
         )
     return rows
 
 
-def _view(doc: dict[str, Any], source: str) -> dict[str, Any]:
-    paired = json_object(doc.get("paired"))
-    alignment = json_object(doc.get("alignment"))
+def _view(doc: CheckpointComparison, source: str) -> dict[str, Any]:
+    paired, alignment = doc.paired, doc.alignment
     return {
         "source": source,
-        "created_at": doc.get("created_at"),
-        "pairs": paired.get("pairs"),
-        "paired_episodes": alignment.get("paired_episodes"),
-        "differences": [str(d) for d in alignment.get("differences") or []],
-        "power": json_object(paired.get("power")),
-        "bootstrap": json_object(paired.get("bootstrap")),
+        "created_at": doc.created_at,
+        "pairs": paired.pairs,
+        "paired_episodes": alignment.paired_episodes,
+        "differences": list(alignment.differences),
+        "power": paired.power or {},
+        "bootstrap": paired.bootstrap,
         "metrics": _metric_rows(doc),
         "error": None,
     }
@@ -200,13 +199,13 @@ def _same(stored: Any, path: Path) -> bool:
         return False
 
 
-def _stored(a: RunRef, b: RunRef, a_checkpoint: Any, b_checkpoint: Any) -> tuple[dict[str, Any], Path] | None:
+def _stored(a: RunRef, b: RunRef, a_checkpoint: Any, b_checkpoint: Any) -> tuple[CheckpointComparison, Path] | None:
     """A comparison document of exactly A → B in run B's directory, with the file it came from.
 
     Its recorded run paths are these two runs, or (a folder moved since) its checkpoints are theirs
     and its name is ``comparison_vs_<A>.json``.
     """
-    from shopsimrl_core.documents import CheckpointComparison, DocumentError
+    from shopsimrl_core.documents import DocumentError
     from shopsimrl_core.viewer._data import read_json
 
     fallback = None
@@ -215,10 +214,10 @@ def _stored(a: RunRef, b: RunRef, a_checkpoint: Any, b_checkpoint: Any) -> tuple
         if not isinstance(raw, dict):
             continue
         try:
-            doc = CheckpointComparison.parse(raw, str(path)).to_json()
+            doc = CheckpointComparison.parse(raw, str(path))
         except DocumentError:
             continue
-        runs, models = json_object(doc.get("runs")), json_object(doc.get("models"))
+        runs, models = doc.runs, doc.models
         if _same(runs.get("a"), a.path) and _same(runs.get("b"), b.path):
             return doc, path
         if (

@@ -67,21 +67,20 @@ def build_checkpoint_comparison(
                 confidence_level=options.confidence_level,
             )
         out = run_dir / f"comparison_vs_{baseline}.json"
-        with as_failure():
-            core.write_json_atomic(out, core.CheckpointComparison.parse(comparison, str(out)).to_json())
-        metrics = comparison["paired"]["metrics"]
+        core.write_json_atomic(out, comparison.to_json())
+        paired = comparison.paired
         rows = []
-        metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": int(comparison["paired"]["pairs"])}
-        for metric, values in sorted(metrics.items()):
-            ci = values.get("confidence_interval")
-            mde, sd, noise = (values.get(k) for k in ("minimum_detectable_difference", "sd_difference", "within_noise"))
+        metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": paired.pairs}
+        for metric, values in sorted(paired.metrics.items()):
+            ci = values.confidence_interval
+            mde, sd, noise = values.minimum_detectable_difference, values.sd_difference, values.within_noise
             rows.append(
                 dg.TableRecord(
                     {
                         "metric": metric,
-                        "baseline": round(float(values["a_mean"]), 4),
-                        "this": round(float(values["b_mean"]), 4),
-                        "delta": round(float(values["mean_difference"]), 4),
+                        "baseline": round(float(values.a_mean), 4),
+                        "this": round(float(values.b_mean), 4),
+                        "delta": round(float(values.mean_difference), 4),
                         "interval": f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "–",
                         "mde": None if mde is None else round(float(mde), 4),
                         "sd_difference": None if sd is None else round(float(sd), 4),
@@ -90,7 +89,7 @@ def build_checkpoint_comparison(
                 )
             )
             if metric in ("reward", "r_success", "protocol_error_rate", "steps"):
-                metadata[f"delta_{metric}"] = float(values["mean_difference"])
+                metadata[f"delta_{metric}"] = float(values.mean_difference)
                 if ci:
                     metadata[f"delta_{metric}_ci_low"] = float(ci[0])
                     metadata[f"delta_{metric}_ci_high"] = float(ci[1])
@@ -100,7 +99,7 @@ def build_checkpoint_comparison(
                 metadata[f"sd_difference_{metric}"] = metadata_float(sd)
                 metadata[f"within_noise_{metric}"] = dg.MetadataValue.null() if noise is None else bool(noise)
                 metadata[f"verdict_{metric}"] = comparison_verdict(values)
-        flips = comparison["paired"].get("flips") or {}
+        flips = paired.flips
         schema = dg.TableSchema(
             columns=[
                 dg.TableColumn("metric", "string"),
@@ -115,14 +114,13 @@ def build_checkpoint_comparison(
                 dg.TableColumn("verdict", "string", description="within noise (interval covers 0) or detected"),
             ]
         )
-        power = comparison["paired"].get("power")
         metadata.update(
             {
-                "power": dg.MetadataValue.json(power) if power else dg.MetadataValue.null(),
+                "power": dg.MetadataValue.json(paired.power) if paired.power else dg.MetadataValue.null(),
                 "deltas": dg.MetadataValue.table(rows, schema=schema),
-                "flips_gained": int(flips.get("gained", 0)),
-                "flips_lost": int(flips.get("lost", 0)),
-                "flips": dg.MetadataValue.json(flips),
+                "flips_gained": 0 if flips is None else flips.gained,
+                "flips_lost": 0 if flips is None else flips.lost,
+                "flips": dg.MetadataValue.json({} if flips is None else flips.to_json()),
                 "comparison_path": dg.MetadataValue.path(str(out)),
                 "compare_in_viewer": dg.MetadataValue.url(
                     f"{settings.viewer.base_url.rstrip('/')}/compare?a={run_storage.run_rel(name, baseline)}"

@@ -10,13 +10,20 @@ from pathlib import Path
 import dagster as dg
 
 import shopsimrl_core as core
-from shopsimrl_core.documents import EvalSummary, SuiteProgress
+from shopsimrl_core.documents import CheckpointComparison, EvalSummary, SuiteProgress
 from shopsimrl_core.documents._pipeline import PointComparison
 
-from ..report import comparison_point, metadata_float, progress_points, progress_table, write_progress_chart
+from ..report import (
+    comparison_point,
+    metadata_float,
+    point_change,
+    progress_points,
+    progress_table,
+    write_progress_chart,
+)
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
-from .run_files import read_document, read_json_object
+from .run_files import read_document
 
 __all__ = ["build_progress"]
 
@@ -63,15 +70,13 @@ def build_progress(
         # The comparison of each point with the one before it, where checkpoint_comparison wrote one.
         for before, point in zip(points, points[1:]):
             path = run_storage.run_dir(name, point.checkpoint_id) / f"comparison_vs_{before.checkpoint_id}.json"
-            found = read_json_object(path)
-            if found is None:
-                continue
             try:
-                doc = core.CheckpointComparison.parse(found, str(path)).to_json()
+                found = read_document(path, CheckpointComparison)
             except core.ShopSimRLError as exc:
                 context.log.warning(f"progress: {exc.one_line()}; its comparison is left out")
                 continue
-            point.vs_previous = PointComparison.model_validate(comparison_point(before.checkpoint_id, doc))
+            if found is not None:
+                point.vs_previous = comparison_point(before.checkpoint_id, found)
         out_dir = run_storage.progress_dir(name)
         chart = write_progress_chart(
             out_dir / "progress.png", points, f"suite {name} · reward and success by training step"
@@ -105,5 +110,5 @@ def build_progress(
 
 
 def _mde(comparison: PointComparison | None, metric: str) -> float | int | None:
-    change = None if comparison is None else (comparison.reward if metric == "reward" else comparison.r_success)
+    change = point_change(comparison, metric)
     return None if change is None else change.minimum_detectable_difference

@@ -19,7 +19,8 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
-from shopsimrl_core.documents import BestCheckpoint
+from shopsimrl_core.documents import CheckpointComparison
+from shopsimrl_core.documents._runs import SummaryInterval
 
 from ..registry import Checkpoint
 from ..settings import ComparisonSettings
@@ -45,11 +46,11 @@ def _fmt_ci(ci: Any) -> str:
     return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "–"
 
 
-def _interval_text(ci: dict[str, Any] | None) -> str:
-    # A summary's interval: {"low", "high", "method", ...}, or null when it could not be computed.
-    if not ci or ci.get("low") is None or ci.get("high") is None:
+def _interval_text(ci: SummaryInterval | None) -> str:
+    # A summary's interval, or None when it could not be computed.
+    if ci is None or ci.low is None or ci.high is None:
         return "–"
-    return f"[{ci['low']:.3f}, {ci['high']:.3f}]"
+    return f"[{ci.low:.3f}, {ci.high:.3f}]"
 
 
 def regression_check_result(
@@ -60,7 +61,7 @@ def regression_check_result(
     checkpoints: list[Checkpoint],
     run_storage: RunStorage,
     options: ComparisonSettings,
-    comparison_with: tuple[str, dict[str, Any]],
+    comparison_with: tuple[str, CheckpointComparison],
 ) -> dg.AssetCheckResult:
     """The ``no_regression_vs_best`` result of *current*: compared with the best checkpoint of a lower step."""
     earlier = [c for c in checkpoints if c.step < current.step and c.checkpoint_id != current.checkpoint_id]
@@ -79,25 +80,27 @@ def regression_check_result(
             passed=True,
             description="no earlier checkpoint with a summary on this suite: nothing to regress from",
         )
-    best = found["best"]
+    best = found.best
     text = (
-        f"Δ reward vs best earlier checkpoint {best['checkpoint_id']} (step {best['step']}): "
-        f"{found['delta']:+.3f} {_fmt_ci(found['confidence_interval'])}"
+        f"Δ reward vs best earlier checkpoint {best.checkpoint_id} (step {best.step}): "
+        f"{found.delta:+.3f} {_fmt_ci(found.confidence_interval)}"
     )
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=REGRESSION_CHECK[0],
-        passed=not found["regressed"],
+        passed=not found.regressed,
         severity=dg.AssetCheckSeverity.ERROR,
-        description=("regressed: " if found["regressed"] else "no regression: ") + text,
+        description=("regressed: " if found.regressed else "no regression: ") + text,
         metadata={
-            "best_earlier": best["checkpoint_id"],
-            "best_earlier_reward": float(best["reward_mean"]),
-            "delta_reward": float(found["delta"]),
-            "delta_reward_ci": dg.MetadataValue.json(found["confidence_interval"]),
+            "best_earlier": best.checkpoint_id,
+            "best_earlier_reward": float(best.reward_mean or 0.0),  # ranked runs have a reward mean
+            "delta_reward": float(found.delta),
+            "delta_reward_ci": dg.MetadataValue.null()
+            if found.confidence_interval is None
+            else dg.MetadataValue.json(found.confidence_interval),
             "mde_reward": dg.MetadataValue.null()
-            if found["minimum_detectable_difference"] is None
-            else float(found["minimum_detectable_difference"]),
+            if found.minimum_detectable_difference is None
+            else float(found.minimum_detectable_difference),
         },
     )
 
@@ -137,30 +140,29 @@ def build_best_checkpoint_asset(name: str, group: str, summary_key: dg.AssetKey)
             context.log.info(f"best_checkpoint not materialized: no checkpoint has a {name} summary yet")
             return
         out = run_storage.progress_dir(name) / "best_checkpoint.json"
-        document = BestCheckpoint.parse({"schema_version": BestCheckpoint.SCHEMA, **found}, str(out))
-        core.write_json_atomic(out, document.to_json())
-        best, runner_up, difference = found["best"], found["runner_up"], found["difference"]
+        core.write_json_atomic(out, found.to_json())
+        best, runner_up, difference = found.best, found.runner_up, found.difference
         verdict = (
             "only one evaluated checkpoint"
-            if runner_up is None
+            if runner_up is None or difference is None
             else (
-                f"{'distinguishable' if found['distinguishable'] else 'not distinguishable'} from "
-                f"{runner_up['checkpoint_id']}: Δ reward {difference['mean_difference']:+.3f} "
-                f"{_fmt_ci(difference['confidence_interval'])}"
+                f"{'distinguishable' if found.distinguishable else 'not distinguishable'} from "
+                f"{runner_up.checkpoint_id}: Δ reward {difference.mean_difference:+.3f} "
+                f"{_fmt_ci(difference.confidence_interval)}"
             )
         )
         rows = [
             dg.TableRecord(
                 {
                     "rank": rank,
-                    "checkpoint": row["checkpoint_id"],
-                    "step": row["step"],
-                    "reward": round(float(row["reward_mean"]), 4),
-                    "reward_interval": _interval_text(row["reward_ci"]),
-                    "success": None if row["success_rate"] is None else round(float(row["success_rate"]), 4),
+                    "checkpoint": row.checkpoint_id,
+                    "step": row.step,
+                    "reward": round(float(row.reward_mean or 0.0), 4),  # ranked runs have a reward mean
+                    "reward_interval": _interval_text(row.reward_ci),
+                    "success": None if row.success_rate is None else round(float(row.success_rate), 4),
                 }
             )
-            for rank, row in enumerate(found["ranking"], start=1)
+            for rank, row in enumerate(found.ranking, start=1)
         ]
         schema = dg.TableSchema(
             columns=[
@@ -176,17 +178,19 @@ def build_best_checkpoint_asset(name: str, group: str, summary_key: dg.AssetKey)
             asset_key=key,
             metadata={
                 "suite": name,
-                "best_checkpoint": best["checkpoint_id"],
-                "best_step": best["step"],
-                "best_reward": float(best["reward_mean"]),
-                "best_reward_ci": dg.MetadataValue.json(best["reward_ci"]),
+                "best_checkpoint": best.checkpoint_id,
+                "best_step": best.step,
+                "best_reward": float(best.reward_mean or 0.0),
+                "best_reward_ci": dg.MetadataValue.null()
+                if best.reward_ci is None
+                else dg.MetadataValue.json(best.reward_ci.to_json()),
                 "best_success_rate": dg.MetadataValue.null()
-                if best["success_rate"] is None
-                else float(best["success_rate"]),
-                "runner_up": runner_up["checkpoint_id"] if runner_up else dg.MetadataValue.null(),
+                if best.success_rate is None
+                else float(best.success_rate),
+                "runner_up": runner_up.checkpoint_id if runner_up is not None else dg.MetadataValue.null(),
                 "distinguishable": dg.MetadataValue.null()
-                if found["distinguishable"] is None
-                else bool(found["distinguishable"]),
+                if found.distinguishable is None
+                else bool(found.distinguishable),
                 "verdict": verdict,
                 "ranking": dg.MetadataValue.table(rows, schema=schema),
                 "path": dg.MetadataValue.path(str(out)),

@@ -115,30 +115,32 @@ def _pair(tmp_path: Path, tasks: int, repeats: int, shift: float, seed: int = 1)
 def test_every_comparison_reports_its_detectable_difference(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, 40, 1, 0.0)
     result = compare_runs(a, b, bootstrap_samples=500)
-    m = result["paired"]["metrics"]["reward"]
+    m = result.paired.metrics["reward"]
     diffs = []
     for t in range(40):
         ea = json.loads((a / "traces.jsonl").read_text().splitlines()[t])["final"]["reward"]
         eb = json.loads((b / "traces.jsonl").read_text().splitlines()[t])["final"]["reward"]
         diffs.append(eb - ea)
-    assert m["sd_difference"] == pytest.approx(statistics.stdev(diffs), rel=1e-12)
-    assert m["minimum_detectable_difference"] == pytest.approx(2.8015852 * statistics.stdev(diffs) / math.sqrt(40))
-    lo, hi = m["confidence_interval"]
-    assert m["within_noise"] is (lo <= 0.0 <= hi)
-    assert "variance_components" not in m
-    power = result["paired"]["power"]
-    assert power["alpha"] == 0.05 and power["power"] == 0.8
+    assert m.sd_difference == pytest.approx(statistics.stdev(diffs), rel=1e-12)
+    assert m.minimum_detectable_difference == pytest.approx(2.8015852 * statistics.stdev(diffs) / math.sqrt(40))
+    assert m.confidence_interval is not None
+    lo, hi = m.confidence_interval
+    assert m.within_noise is (lo <= 0.0 <= hi)
+    assert "variance_components" not in m.to_json()
+    power = result.paired.power
+    assert power is not None and power["alpha"] == 0.05 and power["power"] == 0.8
     assert power["method"] == "normal_paired_difference"
 
 
 def test_repeats_give_variance_components(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, 30, 4, 0.1)
-    m = compare_runs(a, b, bootstrap_samples=200)["paired"]["metrics"]["r_success"]
-    vc = m["variance_components"]
-    assert vc["repeats"] == pytest.approx(4.0) and vc["within_task"] > 0
+    m = compare_runs(a, b, bootstrap_samples=200).paired.metrics["r_success"]
+    vc = m.variance_components
+    assert vc is not None and vc.within_task is not None and m.sd_difference is not None
+    assert vc.repeats == pytest.approx(4.0) and vc.within_task > 0
     # between + within/4 is the variance of the task-level differences the sd is taken from (floored at 0)
-    expected = max(0.0, m["sd_difference"] ** 2 - vc["within_task"] / 4)
-    assert vc["between_task"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    expected = max(0.0, m.sd_difference ** 2 - vc.within_task / 4)
+    assert vc.between_task == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
 def test_power_cli_from_a_comparison_and_from_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,7 +170,7 @@ def test_power_cli_from_a_comparison_and_from_a_run(tmp_path: Path, capsys: pyte
 
 def test_power_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _pair(tmp_path, 10, 1, 0.0)
-    old = compare_runs(a, b, bootstrap_samples=50)
+    old = compare_runs(a, b, bootstrap_samples=50).to_json()
     for metric in old["paired"]["metrics"].values():
         for key in ("sd_difference", "minimum_detectable_difference", "within_noise"):
             metric.pop(key)

@@ -100,18 +100,23 @@ def test_compare_runs_paired_deltas_and_flips(tmp_path: Path) -> None:
     a = _run(tmp_path / "a", {1: 1.0, 2: 0.0, 3: 0.5, 4: 1.0})
     b = _run(tmp_path / "b", {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0})
     result = compare_runs(a, b, bootstrap_samples=300)
-    assert result["alignment"]["status"] == "matched" and result["paired"]["pairs"] == 4
-    reward = result["paired"]["metrics"]["reward"]
-    assert reward["a_mean"] == 0.625 and reward["b_mean"] == 0.75 and reward["mean_difference"] == 0.125
+    assert isinstance(result, CheckpointComparison)
+    assert result.alignment.status == "matched" and result.paired.pairs == 4
+    reward = result.paired.metrics["reward"]
+    assert reward.a_mean == 0.625 and reward.b_mean == 0.75 and reward.mean_difference == 0.125
     # the interval is the task-level paired bootstrap of the per-task differences, task order
-    assert reward["confidence_interval"] == list(
+    assert reward.confidence_interval == list(
         paired_bootstrap_ci([0.0, 1.0, 0.5, -1.0], metric="reward", samples=300)
     )
-    assert result["paired"]["flips"] == {"gained": 2, "lost": 1, "both_success": 1, "both_failure": 0, "net": 1}
-    assert result["paired"]["bootstrap"]["seed_derivation"] == "u64_be(sha256('{seed}:{metric}')[0:8])"
-    # the comparison document parses with its model and keeps its key order
-    parsed = CheckpointComparison.parse(result, "comparison")
-    assert json.dumps(parsed.to_json()) == json.dumps(result)
+    flips = result.paired.flips
+    assert flips is not None and (flips.gained, flips.lost, flips.both_success, flips.both_failure, flips.net) == (
+        2, 1, 1, 0, 1)
+    assert result.paired.bootstrap["seed_derivation"] == "u64_be(sha256('{seed}:{metric}')[0:8])"
+    # the document as written parses with its model again and keeps its key order
+    written = json.loads(json.dumps(result.to_json()))
+    assert list(written) == ["schema_version", "created_at", "runs", "models", "alignment", "paired"]
+    assert list(written["paired"]["flips"]) == ["gained", "lost", "both_success", "both_failure", "net"]
+    assert json.dumps(CheckpointComparison.parse(written, "comparison").to_json()) == json.dumps(written)
 
 
 def test_compare_runs_refuses_misaligned_plans(tmp_path: Path) -> None:
@@ -119,7 +124,7 @@ def test_compare_runs_refuses_misaligned_plans(tmp_path: Path) -> None:
     b = _run(tmp_path / "b", {1: 1.0}, temperature=0.6)
     with pytest.raises(ConfigError, match=r"not comparable; differing: model\.sampling\.temperature"):
         compare_runs(a, b)
-    assert compare_runs(a, b, strict=False, bootstrap_samples=10)["alignment"]["status"] == "mismatched"
+    assert compare_runs(a, b, strict=False, bootstrap_samples=10).alignment.status == "mismatched"
 
 
 def test_compare_means_are_correctly_rounded(tmp_path: Path) -> None:
@@ -132,11 +137,11 @@ def test_compare_means_are_correctly_rounded(tmp_path: Path) -> None:
     ra = {t: rng.choice([0.1, 0.2, 0.3, 0.7, 1 / 3, 0.6]) for t in range(1, 41)}
     rb = {t: rng.choice([0.1, 0.2, 0.3, 0.7, 1 / 3, 0.6]) for t in range(1, 41)}
     a, b = _run(tmp_path / "a", ra), _run(tmp_path / "b", rb)
-    reward = compare_runs(a, b, bootstrap_samples=10)["paired"]["metrics"]["reward"]
+    reward = compare_runs(a, b, bootstrap_samples=10).paired.metrics["reward"]
     va, vb = [ra[t] for t in sorted(ra)], [rb[t] for t in sorted(rb)]
     diffs = [y - x for x, y in zip(va, vb)]
-    assert reward["a_mean"] == math.fsum(va) / 40 and reward["b_mean"] == math.fsum(vb) / 40
-    assert reward["mean_difference"] == math.fsum(diffs) / 40
+    assert reward.a_mean == math.fsum(va) / 40 and reward.b_mean == math.fsum(vb) / 40
+    assert reward.mean_difference == math.fsum(diffs) / 40
     # the fixture does tell the two apart (else this test could not fail)
     assert (sum(va) / 40, sum(vb) / 40, sum(diffs) / 40) != (math.fsum(va) / 40, math.fsum(vb) / 40,
                                                              math.fsum(diffs) / 40)

@@ -62,18 +62,20 @@ def test_a_worse_checkpoint_trips_the_regression_check_and_best_checkpoint_names
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
     assert bad.description.startswith("regressed: Δ reward vs best earlier checkpoint c-200 (step 200)")
     # The check's numbers are the core's paired comparison of c-300 against the best earlier one, c-200.
-    expected = core.compare_runs(runs / "c-200", runs / "c-300", bootstrap_samples=200)["paired"]["metrics"]["reward"]
+    expected = core.compare_runs(runs / "c-200", runs / "c-300", bootstrap_samples=200).paired.metrics["reward"]
     values = {k: getattr(v, "value", v) for k, v in bad.metadata.items()}
     assert values["best_earlier"] == "c-200"
-    assert values["delta_reward"] == expected["mean_difference"]
-    assert values["delta_reward_ci"] == list(expected["confidence_interval"])
-    assert expected["confidence_interval"][1] < 0
+    assert values["delta_reward"] == expected.mean_difference
+    assert expected.confidence_interval is not None
+    assert values["delta_reward_ci"] == list(expected.confidence_interval)
+    assert expected.confidence_interval[1] < 0
 
     assert meta["best_checkpoint"] == "c-200" and meta["runner_up"] == "c-100"
     summary = json.loads((runs / "c-200" / "summary.json").read_text())
     assert meta["best_reward"] == summary["primary"]["reward_mean"]
-    difference = core.compare_runs(runs / "c-100", runs / "c-200", bootstrap_samples=200)["paired"]["metrics"]["reward"]
-    assert meta["distinguishable"] is (difference["confidence_interval"][0] > 0)
+    difference = core.compare_runs(runs / "c-100", runs / "c-200", bootstrap_samples=200).paired.metrics["reward"]
+    assert difference.confidence_interval is not None
+    assert meta["distinguishable"] is (difference.confidence_interval[0] > 0)
     assert meta["verdict"].startswith(("distinguishable from c-100", "not distinguishable from c-100"))
     on_disk = json.loads((settings.runs_root / "_progress" / "val" / "best_checkpoint.json").read_text())
     assert [row["checkpoint_id"] for row in on_disk["ranking"]] == ["c-200", "c-100", "c-300"]

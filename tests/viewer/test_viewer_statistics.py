@@ -111,32 +111,37 @@ def test_comparison_page_shows_the_detectable_difference_and_within_noise(tmp_pa
     page = _get(base, "/compare", a="val/ckpt-a", b="val/ckpt-b")
     assert "computed for this page" in _text(page, "comparison-source")
     doc = core.compare_runs(a, b)
-    metrics = doc["paired"]["metrics"]
+    metrics = doc.paired.metrics
     reward, success = metrics["reward"], metrics["r_success"]
-    assert reward["within_noise"] is False and success["within_noise"] is True
+    assert reward.within_noise is False and success.within_noise is True
     table = _text(page, "paired-metrics")
-    low, high = reward["confidence_interval"]
+    assert reward.confidence_interval is not None and reward.sd_difference is not None
+    assert reward.minimum_detectable_difference is not None and success.minimum_detectable_difference is not None
+    low, high = reward.confidence_interval
     assert (
-        f"reward {reward['a_mean']:.3f} {reward['b_mean']:.3f} {reward['mean_difference']:+.3f} "
-        f"[{low:+.3f}, {high:+.3f}] {reward['sd_difference']:.3f} {reward['minimum_detectable_difference']:.3f} "
+        f"reward {reward.a_mean:.3f} {reward.b_mean:.3f} {reward.mean_difference:+.3f} "
+        f"[{low:+.3f}, {high:+.3f}] {reward.sd_difference:.3f} {reward.minimum_detectable_difference:.3f} "
         "detected : the interval excludes 0"
     ) in table
     assert (
-        f"{success['minimum_detectable_difference']:.3f} within noise : |Δ| {abs(success['mean_difference']):.3f} "
-        f"< MDE {success['minimum_detectable_difference']:.3f}"
+        f"{success.minimum_detectable_difference:.3f} within noise : |Δ| {abs(success.mean_difference):.3f} "
+        f"< MDE {success.minimum_detectable_difference:.3f}"
     ) in table
-    components = success["variance_components"]
-    assert f"{components['between_task']:.4g} / {components['within_task']:.4g} (3 repeats)" in table
+    components = success.variance_components
+    assert components is not None and components.between_task is not None and components.within_task is not None
+    assert f"{components.between_task:.4g} / {components.within_task:.4g} (3 repeats)" in table
 
     # A stored document of these two runs (as checkpoint_comparison writes it) is what the page shows.
     stored = core.compare_runs(a, b, bootstrap_samples=200, bootstrap_seed=7)
-    core.write_json_atomic(b / "comparison_vs_ckpt-a.json", stored)
+    core.write_json_atomic(b / "comparison_vs_ckpt-a.json", stored.to_json())
     page = _get(base, "/compare", a="val/ckpt-a", b="val/ckpt-b")
     assert _text(page, "comparison-source").startswith(
         "12 paired tasks (36 episodes) · val/ckpt-b/comparison_vs_ckpt-a.json · "
     )
-    low, high = stored["paired"]["metrics"]["reward"]["confidence_interval"]
-    assert (low, high) != tuple(reward["confidence_interval"])
+    stored_ci = stored.paired.metrics["reward"].confidence_interval
+    assert stored_ci is not None
+    low, high = stored_ci
+    assert (low, high) != tuple(reward.confidence_interval)
     assert f"[{low:+.3f}, {high:+.3f}]" in _text(page, "paired-metrics")
     # ... but not for the reverse direction.
     reverse = _get(base, "/compare", a="val/ckpt-b", b="val/ckpt-a")
@@ -147,7 +152,7 @@ def test_statistics_text_from_the_files_is_escaped(tmp_path: Path, viewer_for) -
     hostile = '<img src=x onerror="alert(1)">'
     _run(tmp_path, "a", tasks=4, repeats=2, categories=(hostile,))
     run = _run(tmp_path, "b", tasks=4, repeats=2, categories=(hostile,), shift=0.1)
-    stored = core.compare_runs(tmp_path / "val" / "a", run, bootstrap_samples=50)
+    stored = core.compare_runs(tmp_path / "val" / "a", run, bootstrap_samples=50).to_json()
     stored["paired"]["metrics"][hostile] = stored["paired"]["metrics"]["steps"]
     stored["paired"]["power"]["method"] = hostile
     core.write_json_atomic(run / "comparison_vs_a.json", stored)
