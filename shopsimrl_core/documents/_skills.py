@@ -49,14 +49,21 @@ __all__ = [
 
 
 class SkillRecord(Part):
-    """One record of a SkillBank file (runtime-semantics §11.2)."""
+    """One record of a SkillBank file (runtime-semantics §11.2).
+
+    ``version`` and ``metadata`` may be null in a file (read as ``"1"`` and no metadata); the §11.2
+    rules the model does not express (non-blank content, the messages naming ``skills[i].field``) are
+    ``validate_skillbank``'s.
+    """
 
     skill_id: Str = Field(min_length=1)
-    version: Str | Int = "1"
+    version: Str | Int | None = "1"
     enabled: Bool | None = None
+    """``false`` leaves the record out of every selection."""
     task_ids: list[Int] | None = None
+    """The tasks the record is injected into; null: every task."""
     content: Str
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] | None = {}
     content_sha256: Str | None = None
 
 
@@ -67,8 +74,8 @@ class SkillBank(Document):
     KIND: ClassVar[str] = "SkillBank"
 
     schema_version: Literal["shopsimrl-skillbank-v1"] = "shopsimrl-skillbank-v1"
-    bank_version: Str | Int = "1"
-    metadata: dict[str, Any] = {}
+    bank_version: Str | Int | None = "1"
+    metadata: dict[str, Any] | None = {}
     skills: list[SkillRecord]
 
 

@@ -6,23 +6,30 @@ observation_state, task_mode}`` — never the private goal.
 
 Hash conventions (runtime-semantics §2.3): ``content_sha256 = fingerprint(content)`` (the JSON-quoted string) and
 ``bank_sha256 = fingerprint(parsed bank)``, so reformatting the file keeps the hash.
+
+A bank is read once into its document model, ``SkillBank`` (``load_skillbank``); providers and the
+skills layer read its attributes, and ``bank.to_json()`` is the parsed file again, key for key, so its
+``bank_sha256`` is the file's.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._hashing import fingerprint, read_json_file
 from shopsimrl_core._versions import SKILLBANK_SCHEMA
+from shopsimrl_core.documents._skills import SkillBank, SkillRecord
 
 __all__ = [
     "SkillProvider",
     "NoSkills",
     "JsonSkillBank",
     "load_skillbank",
+    "as_skillbank",
     "validate_skillbank",
     "load_skill_provider",
     "content_sha256",
@@ -50,25 +57,24 @@ def content_sha256(content: str) -> str:
     return fingerprint(content)
 
 
-def bank_sha256(bank: dict[str, Any]) -> str:
-    """Return ``fingerprint(bank)`` of the entire parsed SkillBank JSON."""
-    return fingerprint(bank)
+def bank_sha256(bank: SkillBank | Mapping[str, Any]) -> str:
+    """Return ``fingerprint(bank)`` of the entire parsed SkillBank JSON (a model: of its ``to_json()``)."""
+    return fingerprint(bank.to_json() if isinstance(bank, SkillBank) else bank)
 
 
-def skill_record(raw: dict[str, Any], scope: str) -> dict[str, Any]:
+def skill_record(raw: SkillRecord, scope: str) -> dict[str, Any]:
     """Build the stored skill record of §11.1 from a bank record, keys in contract order.
 
     ``metadata`` is a copy of the record's metadata plus ``selection_scope`` (``task``/``global``).
     """
-    metadata: dict[str, Any] = copy.deepcopy(raw["metadata"]) if isinstance(raw.get("metadata"), dict) else {}
+    metadata: dict[str, Any] = copy.deepcopy(raw.metadata) if raw.metadata is not None else {}
     metadata["selection_scope"] = scope
-    content = raw["content"]
     return {
-        "skill_id": raw["skill_id"],
-        "content": content,
-        "version": _version_string(raw.get("version")),
+        "skill_id": raw.skill_id,
+        "content": raw.content,
+        "version": _version_string(raw.version),
         "metadata": metadata,
-        "content_sha256": content_sha256(content),
+        "content_sha256": content_sha256(raw.content),
     }
 
 
@@ -94,20 +100,21 @@ class NoSkills:
 class JsonSkillBank:
     """A frozen SkillBank injected into every episode, following the §11.3 selection rule."""
 
-    def __init__(self, bank: dict[str, Any], *, max_skills: int | None = None, source: str = "<bank>") -> None:
+    def __init__(
+        self, bank: SkillBank | Mapping[str, Any], *, max_skills: int | None = None, source: str = "<bank>"
+    ) -> None:
         if max_skills is not None and (
             isinstance(max_skills, bool) or not isinstance(max_skills, int) or max_skills < 1
         ):
             raise ConfigError(f"skills.max_skills: must be an int >= 1 or null (got {max_skills!r})")
-        validate_skillbank(bank, source)
-        self.bank = bank
+        self.bank: SkillBank = as_skillbank(bank, source)
         self.max_skills = max_skills
         self.source = source
         self._identity = {
             "provider": "json_skillbank",
-            "schema_version": str(bank.get("schema_version", SKILLBANK_SCHEMA)),
-            "bank_version": _version_string(bank.get("bank_version")),
-            "bank_sha256": bank_sha256(bank),
+            "schema_version": self.bank.schema_version,
+            "bank_version": _version_string(self.bank.bank_version),
+            "bank_sha256": bank_sha256(self.bank),
             "max_skills": max_skills,
         }
 
@@ -123,12 +130,11 @@ class JsonSkillBank:
         """
         task_id = context.get("task_id")
         selected: list[dict[str, Any]] = []
-        for raw in self.bank["skills"]:
-            if raw.get("enabled") is False:
+        for raw in self.bank.skills:
+            if raw.enabled is False:
                 continue
-            task_ids = raw.get("task_ids")
-            if task_ids is not None:
-                if task_id not in task_ids:
+            if raw.task_ids is not None:
+                if task_id not in raw.task_ids:
                     continue
                 scope = "task"
             else:
@@ -179,16 +185,28 @@ def validate_skillbank(bank: Any, source: str = "<bank>") -> None:
             raise ConfigError(f"{where}.metadata: must be an object (skill {skill_id})")
 
 
-def load_skillbank(path: Path | str) -> dict[str, Any]:
-    """Read and validate a ``shopsimrl-skillbank-v1`` file; return the parsed JSON unchanged.
+def as_skillbank(bank: SkillBank | Mapping[str, Any], source: str = "<bank>") -> SkillBank:
+    """*bank* as its document model: a ``SkillBank`` as it is, a parsed JSON object checked and parsed.
+
+    Raises:
+        ConfigError: a §11.2 violation (message names *source* and the field).
+    """
+    if isinstance(bank, SkillBank):
+        return bank
+    validate_skillbank(bank, source)
+    return SkillBank.parse(bank, source)
+
+
+def load_skillbank(path: Path | str) -> SkillBank:
+    """Read and validate a ``shopsimrl-skillbank-v1`` file; return it as its document model.
+
+    ``to_json()`` of the result is the parsed file unchanged (same keys, order and values), so its
+    ``bank_sha256`` is the file's.
 
     Raises:
         ConfigError: unreadable file, invalid JSON or a §11.2 violation (message names file and field).
     """
-    where = str(path)
-    bank: dict[str, Any] = read_json_file(path, "SkillBank", fix="fix skills.path")
-    validate_skillbank(bank, where)
-    return bank
+    return as_skillbank(read_json_file(path, "SkillBank", fix="fix skills.path"), str(path))
 
 
 def load_skill_provider(path: Path | str | None, max_skills: int | None = None) -> SkillProvider:

@@ -20,6 +20,7 @@ from typing import Any
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic, write_text_atomic
 from shopsimrl_core._versions import INITIAL_DRAFT_SCHEMA, SKILLBANK_SCHEMA
+from shopsimrl_core.documents._skills import SkillBank
 from shopsimrl_core.skills._firewall import check_text
 
 __all__ = ["build_draft", "build_skillbank", "snapshot_skillbank", "SkillBankSnapshot", "write_draft"]
@@ -175,21 +176,23 @@ class SkillBankSnapshot:
     reused: bool
 
 
-def snapshot_skillbank(bank: dict[str, Any], out_dir: str | Path) -> SkillBankSnapshot:
+def snapshot_skillbank(bank: SkillBank | dict[str, Any], out_dir: str | Path) -> SkillBankSnapshot:
     """Write *bank* as ``<out_dir>/skillbank-<bank_sha256>.json`` unless that file already exists.
 
     Validates with the runtime's SkillBank loader rules before writing and reloads the file after
     writing, so what is on disk is exactly what a run will inject (and its ``bank_sha256`` is the
-    one the run's provenance will record).
+    one the run's provenance will record). *bank* is the model ``load_skillbank`` returns (written as
+    its ``to_json()``) or a parsed bank object such as ``build_skillbank``'s.
 
     Raises:
         SkillError (``snapshot-corrupt``): an existing file with this name holds other content.
         ConfigError: the bank breaks a §11.2 rule.
     """
-    from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank, validate_skillbank
+    from shopsimrl_core.episode._skillbank import as_skillbank, bank_sha256, load_skillbank
 
-    validate_skillbank(bank, "<snapshot>")
-    digest = bank_sha256(bank)
+    model = as_skillbank(bank, "<snapshot>")
+    document = model.to_json()
+    digest = bank_sha256(document)
     target = Path(out_dir) / f"skillbank-{digest}.json"
     reused = target.exists()
     if reused:
@@ -199,13 +202,13 @@ def snapshot_skillbank(bank: dict[str, Any], out_dir: str | Path) -> SkillBankSn
                 code="snapshot-corrupt",
             )
     else:
-        write_json_atomic(target, bank)
+        write_json_atomic(target, document)
         if bank_sha256(json.loads(target.read_text(encoding="utf-8"))) != digest:
             raise SkillError(f"{target}: written bank does not reproduce its hash", code="snapshot-corrupt")
     return SkillBankSnapshot(
         path=target,
         bank_sha256=digest,
-        bank_version=str(bank.get("bank_version", "1")),
-        skill_ids=[s["skill_id"] for s in bank["skills"]],
+        bank_version=str(model.bank_version),
+        skill_ids=[s.skill_id for s in model.skills],
         reused=reused,
     )

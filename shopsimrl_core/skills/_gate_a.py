@@ -32,7 +32,7 @@ from shopsimrl_core._versions import (
     PAIRED_ESTIMATOR_NAME,
     SKILLBANK_SCHEMA,
 )
-from shopsimrl_core.documents._skills import InitialDraft, MaskAssignments
+from shopsimrl_core.documents._skills import InitialDraft, MaskAssignments, SkillBank
 from shopsimrl_core.skills._gate import (
     SELECTION_RULES,
     BareBaseline,
@@ -119,7 +119,7 @@ class AssignedSkillBank(_AssignedSkills):
             or out of scope for the task.
     """
 
-    def __init__(self, bank: dict[str, Any], assignments: dict[str, Any]) -> None:
+    def __init__(self, bank: SkillBank | dict[str, Any], assignments: dict[str, Any]) -> None:
         from shopsimrl_core.episode._skillbank import JsonSkillBank
 
         self._bank = JsonSkillBank(bank)
@@ -205,7 +205,7 @@ class GateAConfig:
     """``published`` (§16.3) or ``above_noise`` (see ``_gate.SELECTION_RULES``)."""
 
 
-def _check_draft(draft: dict[str, Any], bank: dict[str, Any], source: Path) -> list[str]:
+def _check_draft(draft: dict[str, Any], bank: SkillBank, source: Path) -> list[str]:
     if draft.get("schema_version") != INITIAL_DRAFT_SCHEMA:
         raise _gate_error(f"{source}: schema_version must be {INITIAL_DRAFT_SCHEMA}", code="gate-input")
     chunks = draft.get("chunks") or []
@@ -216,8 +216,8 @@ def _check_draft(draft: dict[str, Any], bank: dict[str, Any], source: Path) -> l
         raise _gate_error(f"{source}: chunk ids must be unique and non-empty", code="gate-input")
     if [c.get("order") for c in chunks] != list(range(1, len(chunks) + 1)):
         raise _gate_error(f"{source}: chunk order must run 1..{len(chunks)} without gaps", code="gate-input")
-    bank_ids = [s.get("skill_id") for s in bank.get("skills") or []]
-    if bank_ids != ids or not all((s.get("metadata") or {}).get("draft_only") is True for s in bank["skills"]):
+    bank_ids = [s.skill_id for s in bank.skills]
+    if bank_ids != ids or not all((s.metadata or {}).get("draft_only") is True for s in bank.skills):
         raise _gate_error(
             f"{source}: draft SkillBank ids must equal the draft chunk ids in order, all draft_only", code="gate-input"
         )
@@ -231,7 +231,7 @@ class _PreparedGateA:
     plan: Any
     draft: dict[str, Any]
     draft_path: Path
-    bank: dict[str, Any]
+    bank: SkillBank
     bank_path: Path
     chunk_ids: list[str]
     budget: int
@@ -454,10 +454,10 @@ def _decide(
         "observations_table": rows,
         "bare_baseline": p.baseline.digest,
     }
-    bank_by_id = {s["skill_id"]: s for s in p.bank["skills"]}
+    bank_by_id = {s.skill_id: s for s in p.bank.skills}
     selected_records = []
     for cid in selection["selected"]:
-        meta = {k: v for k, v in (bank_by_id[cid].get("metadata") or {}).items() if k != "draft_only"}
+        meta = {k: v for k, v in (bank_by_id[cid].metadata or {}).items() if k != "draft_only"}
         meta.update(
             {
                 "validation_result": "selected",
@@ -472,7 +472,7 @@ def _decide(
                 "skill_id": cid,
                 "version": "active-1",
                 "enabled": True,
-                "content": bank_by_id[cid]["content"],
+                "content": bank_by_id[cid].content,
                 "metadata": meta,
             }
         )
@@ -497,7 +497,7 @@ def _decide(
     if selected_bank["schema_version"] != SKILLBANK_SCHEMA:  # build_skillbank owns the version; guard the contract
         raise _gate_error(f"selected bank has schema {selected_bank['schema_version']!r}, expected {SKILLBANK_SCHEMA}")
     body = (
-        "\n\n".join(bank_by_id[c]["content"] for c in selection["selected"])
+        "\n\n".join(bank_by_id[c].content for c in selection["selected"])
         or "_Gate A found no strictly positive chunks._"
     )
     markdown = f"# {title}\n\n> Active cold-start skill frozen by Gate A. Gate B is evaluation-only.\n\n{body}\n"

@@ -111,14 +111,16 @@ class OnlineAssignedSkills(_AssignedSkills):
     """``SkillProvider`` for the online gate: each episode's chosen versions, in slot order (§11.4)."""
 
     def __init__(self, pool: dict[str, Any], assignments: dict[str, Any]) -> None:
-        self._records = {s["skill_id"]: s for s in pool["current_skills"]}
+        from shopsimrl_core.documents._skills import SkillRecord
+
+        self._records = {s["skill_id"]: SkillRecord.model_validate(s) for s in pool["current_skills"]}
         for c in pool["candidates"]:
-            self._records[c["candidate_id"]] = {
-                "skill_id": c["candidate_id"],
-                "version": c.get("version", "candidate"),
-                "content": c["content"],
-                "metadata": dict(c.get("metadata") or {}),
-            }
+            self._records[c["candidate_id"]] = SkillRecord(
+                skill_id=c["candidate_id"],
+                version=c.get("version", "candidate"),
+                content=c["content"],
+                metadata=dict(c.get("metadata") or {}),
+            )
         self._lookup = {
             (a["split"], a["task_id"], a["sample_id"]): list(a["included_chunk_ids"])
             for a in assignments["assignments"]

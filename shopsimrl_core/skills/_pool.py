@@ -11,6 +11,7 @@ from typing import Any
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint
 from shopsimrl_core._versions import CANDIDATE_POOL_SCHEMA
+from shopsimrl_core.documents._skills import SkillBank
 from shopsimrl_core.skills._pairing import _gate_error
 
 __all__ = ["ONLINE_POOL_MAX_DEFAULT", "build_candidate_pool", "validate_pool", "online_slots"]
@@ -24,7 +25,7 @@ ONLINE_POOL_MAX_DEFAULT = 6
 
 
 def build_candidate_pool(
-    active_bank: dict[str, Any],
+    active_bank: SkillBank | dict[str, Any],
     candidates: dict[str, Any],
     *,
     round_id: str,
@@ -36,10 +37,17 @@ def build_candidate_pool(
     Accepted candidates become ``REWRITE`` of the active chunk mined from the same failure label
     (``metadata.source_label``) and ``ADD`` otherwise; candidates whose content is already active
     are skipped. At most *max_candidates*, in candidates-document order; ids ``cand-001`` ….
+    *active_bank* is the model ``load_skillbank`` returns or a parsed bank object.
+
+    Raises:
+        ConfigError: *active_bank* breaks a §11.2 rule.
     """
-    current = [s for s in active_bank.get("skills", []) if s.get("enabled") is not False]
-    current_skills = [{"skill_id": s["skill_id"], "version": str(s.get("version", "1")), "content": s["content"],
-                       "metadata": dict(s.get("metadata") or {})} for s in current]
+    from shopsimrl_core.episode._skillbank import as_skillbank, bank_sha256
+
+    bank = as_skillbank(active_bank, "active SkillBank")
+    current = [s for s in bank.skills if s.enabled is not False]
+    current_skills: list[dict[str, Any]] = [{"skill_id": s.skill_id, "version": str(s.version), "content": s.content,
+                       "metadata": dict(s.metadata or {})} for s in current]
     by_label = {}
     for s in current_skills:
         label = s["metadata"].get("source_label")
@@ -63,7 +71,7 @@ def build_candidate_pool(
                          "evidence_cluster_ids": cand.get("evidence_cluster_ids", [])},
         })
     core = {"schema_version": CANDIDATE_POOL_SCHEMA, "round_id": round_id, "proposal_checkpoint": proposal_checkpoint,
-            "current_skillbank_sha256": fingerprint(active_bank), "current_skills": current_skills,
+            "current_skillbank_sha256": bank_sha256(bank), "current_skills": current_skills,
             "candidates": pool_candidates}
     return {**core, "created_at": _now(), "pool_sha256": fingerprint(core)}
 

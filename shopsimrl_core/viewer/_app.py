@@ -34,6 +34,8 @@ from urllib.parse import quote, urlencode
 
 from shopsimrl_core._hashing import json_list, json_object
 from shopsimrl_core.analysis._metrics import episode_metrics
+from shopsimrl_core.documents._base import DocumentError
+from shopsimrl_core.documents._skills import SkillBank
 from shopsimrl_core.episode import _metrics
 from shopsimrl_core.viewer._data import (
     IndexCache,
@@ -545,9 +547,13 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             run = run_of(params["run"]) if params.get("run") else None
         except PathRefused as exc:
             return refused(str(exc))
-        bank = read_json(path)
-        if not isinstance(bank, dict) or not isinstance(bank.get("skills"), list):
+        raw = read_json(path)
+        if not isinstance(raw, dict) or not isinstance(raw.get("skills"), list):
             return refused(f"{params.get('path')!r} is not a SkillBank (no skills list)", status=400)
+        try:
+            bank = SkillBank.parse(raw, str(params.get("path")))
+        except DocumentError as exc:
+            return refused(f"not a valid SkillBank: {exc}", status=400)
         evidence_by_id: dict[str, list[dict[str, Any]]] = {}
         for sibling in sorted(path.parent.glob("*candidates*.json")):
             doc = read_json(sibling)
@@ -558,17 +564,15 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                     )
         gate = gate_view(path, bank, viewer_roots.roots)
         skills = []
-        for skill in bank["skills"]:
-            if not isinstance(skill, dict):
-                continue
-            metadata = json_object(skill.get("metadata"))
+        for skill in bank.skills:
+            metadata = skill.metadata or {}
             ci = metadata.get("confidence_interval")
             refs = (
                 [e for e in metadata.get("evidence", []) if isinstance(e, dict)]
                 if isinstance(metadata.get("evidence"), list)
                 else []
             )
-            refs += evidence_by_id.get(str(skill.get("skill_id")), [])
+            refs += evidence_by_id.get(skill.skill_id, [])
             evidence = []
             for ref in refs:
                 eid = ref.get("episode_id")
@@ -591,23 +595,23 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
                 )
             skills.append(
                 {
-                    "skill_id": skill.get("skill_id"),
-                    "version": skill.get("version"),
-                    "enabled": skill.get("enabled", True) is not False,
-                    "content": str(skill.get("content") or ""),
+                    "skill_id": skill.skill_id,
+                    "version": skill.version,
+                    "enabled": skill.enabled is not False,
+                    "content": skill.content,
                     "metadata": json_text(metadata),
                     "evidence": evidence,
                     "clusters": [str(c) for c in metadata.get("evidence_cluster_ids", []) or []],
                     "effect": metadata.get("estimated_effect"),
                     "low": ci[0] if isinstance(ci, list) and len(ci) == 2 else None,
                     "high": ci[1] if isinstance(ci, list) and len(ci) == 2 else None,
-                    "noise": (gate or {}).get("chunks", {}).get(str(skill.get("skill_id"))),
+                    "noise": (gate or {}).get("chunks", {}).get(skill.skill_id),
                 }
             )
         return render(
             "skillbank",
             path=params.get("path"),
-            bank_version=bank.get("bank_version"),
+            bank_version=bank.bank_version,
             skills=skills,
             gate=gate,
             run_rel=run.rel if run else None,

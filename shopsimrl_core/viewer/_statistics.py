@@ -20,6 +20,7 @@ from typing import Any
 
 from shopsimrl_core._hashing import json_object
 from shopsimrl_core.documents._runs import CategoryRow, CheckpointComparison, EvalSummary, SamplingDesign
+from shopsimrl_core.documents._skills import SkillBank
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = ["design_view", "gate_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
@@ -311,7 +312,7 @@ def _gate_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return chunks
 
 
-def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[str, Any] | None:
+def gate_view(bank_path: Path, bank: SkillBank, roots: list[Path]) -> dict[str, Any] | None:
     """The gate run that selected *bank* (Gate A or an online gate): rule in use, noise bar, each chunk's verdict.
 
     The bank records its gate's ``assignment_sha256``; the ``contributions.json`` with the same one is
@@ -324,7 +325,7 @@ def gate_view(bank_path: Path, bank: dict[str, Any], roots: list[Path]) -> dict[
     from shopsimrl_core.documents import ChunkContributions, DocumentError, OnlineContributions
     from shopsimrl_core.viewer._data import read_json
 
-    metadata = json_object(bank.get("metadata"))
+    metadata = bank.metadata or {}
     assignment = metadata.get("assignment_sha256")
     estimator = json_object(metadata.get("estimator"))
     if not isinstance(assignment, str):

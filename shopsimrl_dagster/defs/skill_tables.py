@@ -9,6 +9,8 @@ from typing import Any
 
 import dagster as dg
 
+from shopsimrl_core.documents._skills import SkillRecord
+
 __all__ = [
     "skill_text",
     "noise_text",
@@ -95,7 +97,7 @@ def gate_chunk_table(
 
 
 def snapshot_skill_table(
-    skills: list[dict[str, Any]], contributions: dict[str, Any] | None
+    skills: list[SkillRecord], contributions: dict[str, Any] | None
 ) -> tuple[list[dg.TableRecord], dg.TableSchema]:
     """The frozen bank's skills as table rows, each with its Gate A chunk's noise verdict when known.
 
@@ -106,13 +108,13 @@ def snapshot_skill_table(
     bar = (((contributions or {}).get("estimates") or {}).get("reward", {}).get("noise_bar") or {}).get("noise_bar")
     rows = []
     for skill in skills:
-        meta = skill.get("metadata") or {}
-        chunk = by_chunk.get(skill["skill_id"], {})
+        meta = skill.metadata or {}
+        chunk = by_chunk.get(skill.skill_id, {})
         rows.append(
             dg.TableRecord(
                 {
-                    "skill": skill["skill_id"],
-                    "text": skill_text(skill.get("content")),
+                    "skill": skill.skill_id,
+                    "text": skill_text(skill.content),
                     "beta_reward": round(float(meta.get("estimated_effect", 0.0)), 4),
                     "interval_95": interval_text(meta.get("confidence_interval")),
                     "noise_bar": rounded_p(bar) if chunk else None,

@@ -12,7 +12,7 @@ import dagster as dg
 
 import shopsimrl_core as core
 from shopsimrl_core import check_text, load_skillbank, snapshot_skillbank
-from shopsimrl_core.documents import ChunkContributions, SkillBankPointer
+from shopsimrl_core.documents import ChunkContributions, SkillBank, SkillBankPointer
 
 from .checks import check_result
 from .failures import as_failure
@@ -27,7 +27,7 @@ SNAPSHOT = dg.AssetKey("skillbank_snapshot")
 SNAPSHOT_HASH = "snapshot_reproduces_hash"
 
 
-def _gate_contributions(gate_dir: Any, bank: dict[str, Any], context: Any) -> dict[str, Any] | None:
+def _gate_contributions(gate_dir: Any, bank: SkillBank, context: Any) -> dict[str, Any] | None:
     """The Gate A contributions that selected *bank* (same assignment), or None with a log line."""
     path = gate_dir / "contributions.json"
     try:
@@ -36,7 +36,7 @@ def _gate_contributions(gate_dir: Any, bank: dict[str, Any], context: Any) -> di
     except (OSError, json.JSONDecodeError, core.ShopSimRLError) as exc:
         context.log.warning(f"skillbank_snapshot: no noise verdicts ({path}: {exc}); the table shows β only")
         return None
-    if doc.get("assignment_sha256") != (bank.get("metadata") or {}).get("assignment_sha256"):
+    if doc.get("assignment_sha256") != (bank.metadata or {}).get("assignment_sha256"):
         context.log.warning(f"skillbank_snapshot: {path} is of another gate run; the table shows β only")
         return None
     return doc
@@ -72,10 +72,10 @@ def build_skillbank_snapshot(group: str) -> dg.AssetsDefinition:
             bank = load_skillbank(selected)
             snap = snapshot_skillbank(bank, run_storage.skillbanks_dir())
             reloaded = load_skillbank(snap.path)
-        content_ok = all(s.get("content_sha256") == core.fingerprint(s["content"]) for s in reloaded["skills"])
-        leaks = [s["skill_id"] for s in reloaded["skills"] if check_text(s["content"])]
+        content_ok = all(s.content_sha256 == core.fingerprint(s.content) for s in reloaded.skills)
+        leaks = [s.skill_id for s in reloaded.skills if check_text(s.content)]
         ok = (
-            core.fingerprint(reloaded) == snap.bank_sha256
+            core.fingerprint(reloaded.to_json()) == snap.bank_sha256
             and snap.path.name == f"skillbank-{snap.bank_sha256}.json"
             and content_ok
             and not leaks
@@ -94,7 +94,7 @@ def build_skillbank_snapshot(group: str) -> dg.AssetsDefinition:
         )
         core.write_json_atomic(pointer, document.to_json())
         contributions = _gate_contributions(run_storage.gate_dir(checkpoint_id), reloaded, context)
-        rows, schema = snapshot_skill_table(reloaded["skills"], contributions)
+        rows, schema = snapshot_skill_table(reloaded.skills, contributions)
         rel = (
             snap.path.relative_to(run_storage.root_path)
             if snap.path.is_relative_to(run_storage.root_path)
@@ -104,7 +104,7 @@ def build_skillbank_snapshot(group: str) -> dg.AssetsDefinition:
         yield dg.MaterializeResult(
             asset_key=SNAPSHOT,
             metadata={
-                "status": "frozen" if reloaded["skills"] else "frozen (Gate A selected no chunk: the bank is empty)",
+                "status": "frozen" if reloaded.skills else "frozen (Gate A selected no chunk: the bank is empty)",
                 "path": dg.MetadataValue.path(str(snap.path)),
                 "bank_sha256": snap.bank_sha256,
                 "bank_version": snap.bank_version,

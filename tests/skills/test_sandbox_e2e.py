@@ -130,4 +130,4 @@ def test_online_gate_on_the_sandbox(sandbox, tmp_path):
     for r in masked:  # old and rewritten versions of the active chunk never appear together
         ids = [s["skill_id"] for s in r["selected_skills"]]
         assert not {accepted[0]["candidate_id"], "cand-001"} <= set(ids)
-    assert load_skillbank(result.selected_skillbank_path)["bank_version"] == "online-round-001-selected-v1"
+    assert load_skillbank(result.selected_skillbank_path).bank_version == "online-round-001-selected-v1"

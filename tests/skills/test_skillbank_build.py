@@ -3,7 +3,7 @@ import json
 import pytest
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._hashing import fingerprint
+from shopsimrl_core._hashing import dumps_pretty, fingerprint
 from shopsimrl_core.episode._skillbank import JsonSkillBank, bank_sha256, content_sha256, load_skillbank
 from shopsimrl_core.skills._bank import build_draft, build_skillbank, snapshot_skillbank
 
@@ -31,8 +31,10 @@ def test_published_format_loads_and_stated_hashes_reproduce(tmp_path):
     p = tmp_path / "bank.json"
     p.write_text(json.dumps(PUBLISHED_STYLE, ensure_ascii=False, indent=2), encoding="utf-8")
     bank = load_skillbank(p)
-    for skill in bank["skills"]:
-        assert content_sha256(skill["content"]) == skill["content_sha256"]
+    for skill in bank.skills:
+        assert content_sha256(skill.content) == skill.content_sha256
+    # the model is the file: written back, the same bytes (the snapshot writes exactly this)
+    assert dumps_pretty(bank.to_json()) == p.read_text(encoding="utf-8") + "\n"
     # reformatting the file does not change bank_sha256
     p2 = tmp_path / "bank2.json"
     p2.write_text(json.dumps(PUBLISHED_STYLE, ensure_ascii=True), encoding="utf-8")
@@ -60,6 +62,9 @@ def test_snapshot_is_named_by_hash_immutable_and_loadable(tmp_path):
     snap = snapshot_skillbank(bank, tmp_path)
     assert snap.path.name == f"skillbank-{fingerprint(bank)}.json" and not snap.reused
     assert bank_sha256(load_skillbank(snap.path)) == snap.bank_sha256
+    assert snap.path.read_text(encoding="utf-8") == dumps_pretty(bank)  # the bank as built, byte for byte
+    # a loaded bank (the model) snapshots to the same file
+    assert snapshot_skillbank(load_skillbank(snap.path), tmp_path).reused
     again = snapshot_skillbank(bank, tmp_path)
     assert again.reused and again.path == snap.path
     snap.path.write_text(json.dumps(dict(bank, bank_version="tampered")), encoding="utf-8")
