@@ -33,6 +33,7 @@ from shopsimrl_core._versions import SUMMARY_SCHEMA
 from shopsimrl_core.analysis._exact import _fmean, _stdev
 from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.runs.storage._index import episode_row
+from shopsimrl_core.runs.storage._index_rows import EpisodeRow
 from shopsimrl_core.runs.storage._store import RunStore, utc_now
 
 __all__ = ["build_summary", "summary_from_index", "summarize_run", "episode_row"]
@@ -73,7 +74,7 @@ def build_summary(
     """
     import polars as pl
 
-    rows: list[dict[str, Any]] = []
+    rows: list[EpisodeRow] = []
     unplanned = 0
     seen: set[str] = set()
     for record in records:
@@ -105,7 +106,7 @@ def build_summary(
         "termination_reason": pl.Utf8,
         "category": pl.Utf8,
     }
-    columns: dict[str, list[Any]] = {name: [row[name] for row in rows] for name in schema}
+    columns: dict[str, list[Any]] = {name: [row.get(name) for row in rows] for name in schema}
     for key in component_keys:
         schema[f"c::{key}"] = pl.Float64
         columns[f"c::{key}"] = [row["components"].get(key) for row in rows]

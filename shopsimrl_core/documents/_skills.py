@@ -39,6 +39,8 @@ __all__ = [
     "OnlineSlot",
     "OnlineAssignment",
     "OnlineAssignments",
+    "NoiseBar",
+    "GateEstimate",
     "ChunkContribution",
     "ChunkContributions",
     "OnlineContribution",
@@ -229,6 +231,41 @@ class OnlineAssignments(Document):
     assignment_sha256: Str
 
 
+class NoiseBar(Part):
+    """``estimates.reward.noise_bar``: the sign-flip bar no effect exceeds (docs/statistics.md)."""
+
+    method: Str
+    samples: Int
+    seed: Int
+    metric_seed: Int
+    seed_derivation: Str
+    quantile: Number
+    noise_bar: Number
+    """The *quantile* of the largest ``|β|`` over sign-flipped outcomes."""
+    median_max_abs: Number
+
+
+class GateEstimate(Part):
+    """One metric of a gate's ``estimates`` (§15): coefficients, observation means and the additive keys.
+
+    The additive keys are the bootstrap intervals and, for reward, the noise bar with each
+    coefficient's verdict and adjusted p-value.
+    """
+
+    intercept: Number
+    coefficients: dict[str, Number]
+    """β per chunk (Gate A) or intervention (online gate), in column order."""
+    observations: Int
+    masked_mean: Number
+    bare_mean: Number
+    delta_mean: Number
+    confidence_intervals: dict[str, list[Number] | None] | None = None
+    bootstrap: dict[str, Any] | None = None
+    noise_bar: NoiseBar | None = None
+    within_noise: dict[str, Bool] | None = None
+    adjusted_p_values: dict[str, Number] | None = None
+
+
 class ChunkContribution(Part):
     """One chunk's estimate and decision in Gate A's ``contributions.json``."""
 
@@ -264,7 +301,7 @@ class ChunkContributions(Document):
     active_skill_budget: Int
     selected_count: Int
     selected_chunk_ids: list[Str]
-    estimates: dict[str, dict[str, Any]]
+    estimates: dict[str, GateEstimate]
     contributions: list[ChunkContribution]
     observations_table: list[dict[str, Any]]
     bare_baseline: dict[str, Any]
@@ -306,7 +343,7 @@ class OnlineContributions(Document):
     selected_intervention_ids: list[Str]
     selected_count: Int
     replacement_winners: dict[str, Str]
-    estimates: dict[str, dict[str, Any]]
+    estimates: dict[str, GateEstimate]
     contributions: list[OnlineContribution]
     observations_table: list[dict[str, Any]]
     bare_baseline: dict[str, Any]

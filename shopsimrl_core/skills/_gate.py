@@ -37,6 +37,7 @@ from shopsimrl_core.analysis._ols import (
 from shopsimrl_core.documents._base import Document
 from shopsimrl_core.documents._registry import document_for
 from shopsimrl_core.documents._runs import EvalSummary
+from shopsimrl_core.documents._skills import ChunkContributions, OnlineContributions
 from shopsimrl_core.skills._pairing import (
     BareBaseline,
     _gate_error,
@@ -248,7 +249,8 @@ class GateAResult:
     status: str
     output_dir: Path
     selected_chunk_ids: list[str] = field(default_factory=list)
-    contributions: dict[str, Any] | None = None
+    contributions: ChunkContributions | OnlineContributions | None = None
+    """``contributions.json`` as written (Gate A's or the online gate's model); None when incomplete."""
     selected_skillbank_path: Path | None = None
     manifest_path: Path | None = None
     masked_run: Any = None
@@ -435,10 +437,13 @@ def finish_gate(
         confidence_level=design.confidence_level,
     )
     decision = decide(rows, estimates, treated)
-    _write_document(out / "contributions.json", decision.contributions)
+    contributions = _write_document(out / "contributions.json", decision.contributions)
+    if not isinstance(contributions, (ChunkContributions, OnlineContributions)):  # the decision names the version
+        raise _gate_error(f"{out / 'contributions.json'}: {contributions.KIND} is not a contributions document")
     for name, text in decision.extra_files.items():
         write_text_atomic(out / name, text)
-    bank_out = _write_document(out / "selected_skillbank.json", decision.bank)
+    bank_out = out / "selected_skillbank.json"
+    _write_document(bank_out, decision.bank)
     write_text_atomic(out / "selected_skill.md", decision.markdown)
     write_text_atomic(
         out / "proposal_ledger.jsonl", [json.dumps(row, ensure_ascii=False) + "\n" for row in decision.ledger]
@@ -455,14 +460,17 @@ def finish_gate(
         status="complete",
         output_dir=out,
         selected_chunk_ids=decision.selected,
-        contributions=decision.contributions,
+        contributions=contributions,
         selected_skillbank_path=bank_out,
         manifest_path=manifest_path,
         masked_run=result,
     )
 
 
-def _write_document(path: Path, document: dict[str, Any]) -> Path:
+def _write_document(path: Path, document: dict[str, Any]) -> Document:
     # Every gate output goes through its typed model on the way out, so a writer bug surfaces here
-    # (as a one-line DocumentError) instead of in the next reader; the bytes are the model's dump.
-    return write_json_atomic(path, document_for(document, str(path)).to_json())
+    # (as a one-line DocumentError) instead of in the next reader; the bytes are the model's dump,
+    # and the model is what the gate hands back.
+    model = document_for(document, str(path))
+    write_json_atomic(path, model.to_json())
+    return model

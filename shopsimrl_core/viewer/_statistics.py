@@ -20,7 +20,7 @@ from typing import Any
 
 from shopsimrl_core._hashing import json_object
 from shopsimrl_core.documents._runs import CategoryRow, CheckpointComparison, EvalSummary, SamplingDesign
-from shopsimrl_core.documents._skills import SkillBank
+from shopsimrl_core.documents._skills import ChunkContributions, OnlineContribution, OnlineContributions, SkillBank
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = ["design_view", "gate_view", "ComparisonCache", "LIVE_COMPARISON_MAX_EPISODES"]
@@ -291,24 +291,21 @@ def _computed(a: RunRef, b: RunRef) -> dict[str, Any]:
     return view
 
 
-def _gate_rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _gate_rows(doc: ChunkContributions | OnlineContributions) -> dict[str, dict[str, Any]]:
     """Each contribution row's verdict, keyed by the bank's ``skill_id`` where the row became a skill.
 
     Gate A rows are chunks (``chunk_id``); online rows are interventions, and a selected one becomes the
     skill of its ``logical_chunk_id`` (a winning rewrite keeps its target's id).
     """
     chunks: dict[str, dict[str, Any]] = {}
-    for c in doc.get("contributions") or []:
-        if not isinstance(c, dict):
-            continue
-        verdict = {"within_noise": c.get("within_noise"), "adjusted_p": c.get("adjusted_p_value"),
-                   "status": c.get("status")}
-        if "intervention_id" in c:
-            if c.get("status") == "selected":
-                chunks[str(c.get("logical_chunk_id"))] = verdict
-            chunks.setdefault(str(c.get("intervention_id")), verdict)
+    for c in doc.contributions:
+        verdict = {"within_noise": c.within_noise, "adjusted_p": c.adjusted_p_value, "status": c.status}
+        if isinstance(c, OnlineContribution):
+            if c.status == "selected":
+                chunks[c.logical_chunk_id] = verdict
+            chunks.setdefault(c.intervention_id, verdict)
         else:
-            chunks[str(c.get("chunk_id"))] = verdict
+            chunks[c.chunk_id] = verdict
     return chunks
 
 
@@ -322,7 +319,7 @@ def gate_view(bank_path: Path, bank: SkillBank, roots: list[Path]) -> dict[str, 
     ``online gate`` for a bank with a ``pool_sha256``). None for a bank no gate selected; ``chunks`` is
     empty when the gate's document is not under the roots.
     """
-    from shopsimrl_core.documents import ChunkContributions, DocumentError, OnlineContributions
+    from shopsimrl_core.documents import DocumentError
     from shopsimrl_core.viewer._data import read_json
 
     metadata = bank.metadata or {}
@@ -331,7 +328,7 @@ def gate_view(bank_path: Path, bank: SkillBank, roots: list[Path]) -> dict[str, 
     if not isinstance(assignment, str):
         return None
     online = isinstance(metadata.get("pool_sha256"), str)
-    model: Any = OnlineContributions if online else ChunkContributions
+    model: type[ChunkContributions] | type[OnlineContributions] = OnlineContributions if online else ChunkContributions
     view: dict[str, Any] = {"gate": "online gate" if online else "Gate A",
                             "selection_rule": estimator.get("selection_rule"), "noise_bar": None,
                             "source": None, "chunks": {}}
@@ -351,15 +348,15 @@ def gate_view(bank_path: Path, bank: SkillBank, roots: list[Path]) -> dict[str, 
         if not isinstance(raw, dict) or raw.get("assignment_sha256") != assignment:
             continue
         try:
-            doc = model.parse(raw, str(path)).to_json()
+            doc = model.parse(raw, str(path))
         except DocumentError:
             continue
-        reward = json_object(json_object(doc.get("estimates")).get("reward"))
-        bar = json_object(reward.get("noise_bar"))
+        reward = doc.estimates.get("reward")
+        bar = None if reward is None else reward.noise_bar
         view.update(
             source=real.relative_to(inside).as_posix(),
-            selection_rule=json_object(doc.get("estimator")).get("selection_rule", view["selection_rule"]),
-            noise_bar=bar.get("noise_bar"),
+            selection_rule=doc.estimator.get("selection_rule", view["selection_rule"]),
+            noise_bar=None if bar is None else bar.noise_bar,
             chunks=_gate_rows(doc),
         )
         break

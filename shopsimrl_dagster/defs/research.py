@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import OnlineContributions
 
 from ..settings import AnalystSettings, PipelineSettings
 from .assets import suite_asset_key
@@ -211,13 +212,14 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
 
         with as_failure():
             result = run_round_gate(_round(config, run_storage, context.partition_key))
-        contributions = result.gate.contributions or {}
+        contributions = result.gate.contributions
+        winners = contributions.replacement_winners if isinstance(contributions, OnlineContributions) else {}
         return dg.MaterializeResult(metadata={
             "status": result.status, "pool_sha256": result.pool_sha256,
             "selected": list(result.gate.selected_chunk_ids or []),
-            "replacement_winners": dg.MetadataValue.json(contributions.get("replacement_winners") or {}),
+            "replacement_winners": dg.MetadataValue.json(winners),
             # the rule in use and the noise verdicts, as skill_gate shows Gate A's
-            **(noise_metadata(contributions) if contributions else {}),
+            **(noise_metadata(contributions) if contributions is not None else {}),
             "manifest": dg.MetadataValue.path(str(result.gate.manifest_path or ""))})
 
     @optional_asset(BANK, name="round_selected_bank", deps=[GATE], group=_GROUP, partitions_def=training_rounds,

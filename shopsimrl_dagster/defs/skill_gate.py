@@ -13,6 +13,7 @@ import dagster as dg
 
 import shopsimrl_core as core
 from shopsimrl_core import GateAConfig, run_gate_a
+from shopsimrl_core.documents import ChunkContributions
 
 from .assets import suite_asset_key
 from .candidates import CANDIDATES
@@ -124,19 +125,21 @@ def build_skill_gate(val_suite: str, group: str) -> dg.AssetsDefinition:
         contrib = result.contributions
         if contrib is None:  # a complete gate always wrote its contributions; say so rather than guess
             raise dg.Failure(description=f"Gate A reported complete without contributions in {out_dir}")
-        est = contrib["estimates"]
+        if not isinstance(contrib, ChunkContributions):
+            raise dg.Failure(description=f"Gate A wrote {contrib.KIND}, not chunk contributions, in {out_dir}")
+        reward = contrib.estimates["reward"]
         chunks = {c["chunk_id"]: c for c in json.loads(draft_path.read_text(encoding="utf-8"))["chunks"]}
         metadata.update(
             {
-                "observations": contrib["observations"],
-                "selected_count": contrib["selected_count"],
-                "selected_chunk_ids": dg.MetadataValue.json(contrib["selected_chunk_ids"]),
+                "observations": contrib.observations,
+                "selected_count": contrib.selected_count,
+                "selected_chunk_ids": dg.MetadataValue.json(contrib.selected_chunk_ids),
                 "chunks": dg.MetadataValue.table(*gate_chunk_table(contrib, chunks)),
                 **noise_metadata(contrib),
-                "delta_reward_mean": float(est["reward"]["delta_mean"]),
-                "masked_reward_mean": float(est["reward"]["masked_mean"]),
-                "bare_reward_mean": float(est["reward"]["bare_mean"]),
-                "assignment_sha256": contrib["assignment_sha256"],
+                "delta_reward_mean": float(reward.delta_mean),
+                "masked_reward_mean": float(reward.masked_mean),
+                "bare_reward_mean": float(reward.bare_mean),
+                "assignment_sha256": contrib.assignment_sha256,
                 "contributions_path": dg.MetadataValue.path(str(out_dir / "contributions.json")),
                 "selected_skillbank_path": dg.MetadataValue.path(str(result.selected_skillbank_path)),
             }
@@ -148,9 +151,9 @@ def build_skill_gate(val_suite: str, group: str) -> dg.AssetsDefinition:
                 check_result(
                     GATE_PAIRED,
                     True,
-                    f"{contrib['observations']} paired val episodes",
+                    f"{contrib.observations} paired val episodes",
                     asset_key=GATE,
-                    bare_observations_sha256=contrib["bare_baseline"]["observations_sha256"],
+                    bare_observations_sha256=contrib.bare_baseline["observations_sha256"],
                 )
             ],
         )

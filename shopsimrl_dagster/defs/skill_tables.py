@@ -9,7 +9,14 @@ from typing import Any
 
 import dagster as dg
 
-from shopsimrl_core.documents._skills import SkillRecord
+from shopsimrl_core.documents._skills import (
+    ChunkContribution,
+    ChunkContributions,
+    NoiseBar,
+    OnlineContribution,
+    OnlineContributions,
+    SkillRecord,
+)
 
 __all__ = [
     "skill_text",
@@ -44,8 +51,17 @@ def rounded_p(value: Any) -> Any:
     return None if value is None else round(float(value), 4)
 
 
+def _noise_bar(contributions: ChunkContributions | OnlineContributions) -> NoiseBar | None:
+    reward = contributions.estimates.get("reward")
+    return None if reward is None else reward.noise_bar
+
+
+def _row_id(row: ChunkContribution | OnlineContribution) -> str:
+    return row.chunk_id if isinstance(row, ChunkContribution) else row.intervention_id
+
+
 def gate_chunk_table(
-    contributions: dict[str, Any], chunks: dict[str, dict[str, Any]]
+    contributions: ChunkContributions, chunks: dict[str, dict[str, Any]]
 ) -> tuple[list[dg.TableRecord], dg.TableSchema]:
     """Gate A's chunks as table rows: the core's β with its interval, the noise bar and verdict per chunk.
 
@@ -54,24 +70,25 @@ def gate_chunk_table(
     where the core marks ``|β| ≤ noise bar`` (docs/statistics.md), ``adjusted_p`` is the core's max-T
     sign-flip p-value; both ``–`` when the gate ran without a noise bar.
     """
-    bar = (contributions["estimates"]["reward"].get("noise_bar") or {}).get("noise_bar")
+    noise_bar = _noise_bar(contributions)
+    bar = None if noise_bar is None else noise_bar.noise_bar
     rows = []
-    for c in contributions["contributions"]:
-        aux = c["auxiliary_coefficients"]
-        chunk = chunks.get(c["chunk_id"], {})
+    for c in contributions.contributions:
+        aux = c.auxiliary_coefficients
+        chunk = chunks.get(c.chunk_id, {})
         rows.append(
             dg.TableRecord(
                 {
-                    "chunk": c["chunk_id"],
+                    "chunk": c.chunk_id,
                     "label": str(chunk.get("source_label")),
-                    "status": str(c["status"]),
-                    "rank": c["rank"],
+                    "status": str(c.status),
+                    "rank": c.rank,
                     "text": skill_text(chunk.get("content")),
-                    "beta_reward": round(float(c["coefficient"]), 4),
-                    "interval_95": interval_text(c.get("confidence_interval")),
+                    "beta_reward": round(float(c.coefficient), 4),
+                    "interval_95": interval_text(c.confidence_interval),
                     "noise_bar": rounded_p(bar),
-                    "noise": noise_text(c.get("within_noise")),
-                    "adjusted_p": rounded_p(c.get("adjusted_p_value")),
+                    "noise": noise_text(c.within_noise),
+                    "adjusted_p": rounded_p(c.adjusted_p_value),
                     "beta_r_strict": round(float(aux.get("r_strict", 0.0)), 4),
                     "beta_r_success": round(float(aux.get("r_success", 0.0)), 4),
                 }
@@ -97,19 +114,20 @@ def gate_chunk_table(
 
 
 def snapshot_skill_table(
-    skills: list[SkillRecord], contributions: dict[str, Any] | None
+    skills: list[SkillRecord], contributions: ChunkContributions | None
 ) -> tuple[list[dg.TableRecord], dg.TableSchema]:
     """The frozen bank's skills as table rows, each with its Gate A chunk's noise verdict when known.
 
     β, interval and rank come from the skill's metadata (what the bank records); ``noise``,
     ``noise_bar`` and ``adjusted_p`` from the gate's *contributions* that selected it (``–`` without).
     """
-    by_chunk = {c["chunk_id"]: c for c in (contributions or {}).get("contributions", [])}
-    bar = (((contributions or {}).get("estimates") or {}).get("reward", {}).get("noise_bar") or {}).get("noise_bar")
+    by_chunk = {c.chunk_id: c for c in contributions.contributions} if contributions is not None else {}
+    noise_bar = None if contributions is None else _noise_bar(contributions)
+    bar = None if noise_bar is None else noise_bar.noise_bar
     rows = []
     for skill in skills:
         meta = skill.metadata or {}
-        chunk = by_chunk.get(skill.skill_id, {})
+        chunk = by_chunk.get(skill.skill_id)
         rows.append(
             dg.TableRecord(
                 {
@@ -117,9 +135,9 @@ def snapshot_skill_table(
                     "text": skill_text(skill.content),
                     "beta_reward": round(float(meta.get("estimated_effect", 0.0)), 4),
                     "interval_95": interval_text(meta.get("confidence_interval")),
-                    "noise_bar": rounded_p(bar) if chunk else None,
-                    "noise": noise_text(chunk.get("within_noise")),
-                    "adjusted_p": rounded_p(chunk.get("adjusted_p_value")),
+                    "noise_bar": rounded_p(bar) if chunk is not None else None,
+                    "noise": noise_text(None if chunk is None else chunk.within_noise),
+                    "adjusted_p": rounded_p(None if chunk is None else chunk.adjusted_p_value),
                     "rank": meta.get("contribution_rank"),
                 }
             )
@@ -139,7 +157,9 @@ def snapshot_skill_table(
     return rows, schema
 
 
-def noise_metadata(contributions: dict[str, Any], *, selected_only: bool = False) -> dict[str, Any]:
+def noise_metadata(
+    contributions: ChunkContributions | OnlineContributions, *, selected_only: bool = False
+) -> dict[str, Any]:
     """A gate's selection rule and noise bar as metadata entries, and which selected chunks are within noise.
 
     ``selection_rule`` is the core's ``estimator.selection_rule``; ``noise_bar`` (and its median,
@@ -149,32 +169,32 @@ def noise_metadata(contributions: dict[str, Any], *, selected_only: bool = False
     ``noise_note`` says it in one sentence and names the noise-level selections. Gate A's and the
     online gate's contributions alike (rows by ``chunk_id`` or ``intervention_id``).
     """
-    bar = contributions["estimates"]["reward"].get("noise_bar")
-    rows = contributions["contributions"]
-    selected = [c for c in rows if c["status"] == "selected"]
-    out: dict[str, Any] = {"selection_rule": str(contributions["estimator"].get("selection_rule"))}
-    if not bar:
+    bar = _noise_bar(contributions)
+    rows: list[ChunkContribution] | list[OnlineContribution] = contributions.contributions
+    selected = [c for c in rows if c.status == "selected"]
+    out: dict[str, Any] = {"selection_rule": str(contributions.estimator.get("selection_rule"))}
+    if bar is None:
         out["noise_note"] = "no noise bar: the gate ran without sign-flip samples"
         return out
     # The verdict first, naming the noise-level selections (Gate A chunks, online interventions); the bar's
     # numbers and method after it, so the page shows which selected skills no effect could have produced.
-    noisy = [str(c.get("chunk_id", c.get("intervention_id"))) for c in selected if c.get("within_noise") is True]
+    noisy = [_row_id(c) for c in selected if c.within_noise is True]
     out["noise_note"] = (
         f"{len(noisy)} of {len(selected)} selected chunks within noise ({', '.join(noisy)}: |beta| <= noise bar "
-        f"{bar['noise_bar']:.4f}): indistinguishable from what no effect produces"
+        f"{bar.noise_bar:.4f}): indistinguishable from what no effect produces"
         if noisy
-        else f"no selected chunk within noise (noise bar {bar['noise_bar']:.4f})"
+        else f"no selected chunk within noise (noise bar {bar.noise_bar:.4f})"
     )
     if selected_only:
         out["skills_within_noise"] = len(noisy)
     else:
-        out["chunks_within_noise"] = sum(c.get("within_noise") is True for c in rows)
+        out["chunks_within_noise"] = sum(c.within_noise is True for c in rows)
         out["selected_within_noise"] = len(noisy)
     out.update(
         {
-            "noise_bar": float(bar["noise_bar"]),
-            "noise_bar_median_max_abs": float(bar["median_max_abs"]),
-            "noise_bar_method": dg.MetadataValue.json(bar),
+            "noise_bar": float(bar.noise_bar),
+            "noise_bar_median_max_abs": float(bar.median_max_abs),
+            "noise_bar_method": dg.MetadataValue.json(bar.to_json()),
         }
     )
     return out

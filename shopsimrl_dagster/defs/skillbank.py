@@ -27,16 +27,16 @@ SNAPSHOT = dg.AssetKey("skillbank_snapshot")
 SNAPSHOT_HASH = "snapshot_reproduces_hash"
 
 
-def _gate_contributions(gate_dir: Any, bank: SkillBank, context: Any) -> dict[str, Any] | None:
+def _gate_contributions(gate_dir: Any, bank: SkillBank, context: Any) -> ChunkContributions | None:
     """The Gate A contributions that selected *bank* (same assignment), or None with a log line."""
     path = gate_dir / "contributions.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        doc = ChunkContributions.parse(data, str(path)).to_json()
+        doc = ChunkContributions.parse(data, str(path))
     except (OSError, json.JSONDecodeError, core.ShopSimRLError) as exc:
         context.log.warning(f"skillbank_snapshot: no noise verdicts ({path}: {exc}); the table shows β only")
         return None
-    if doc.get("assignment_sha256") != (bank.metadata or {}).get("assignment_sha256"):
+    if doc.assignment_sha256 != (bank.metadata or {}).get("assignment_sha256"):
         context.log.warning(f"skillbank_snapshot: {path} is of another gate run; the table shows β only")
         return None
     return doc

@@ -8,6 +8,8 @@ import dagster as dg
 import pytest
 import yaml
 
+from shopsimrl_core._hashing import dumps_pretty
+from shopsimrl_core.documents import ChunkContributions
 from shopsimrl_core.runs.config._config import load_config
 from shopsimrl_core.runs.execution._evaluator import run_evaluation
 from shopsimrl_dagster.definitions import build_definitions
@@ -225,15 +227,18 @@ def test_gate_and_snapshot_tables_mark_chunks_within_noise(tmp_path):
                     bootstrap_samples=50),
         runner=runner,
     )
-    doc = json.loads((gate_dir / "contributions.json").read_text(encoding="utf-8"))
-    assert doc == json.loads(json.dumps(result.contributions))
+    text = (gate_dir / "contributions.json").read_text(encoding="utf-8")
+    doc = json.loads(text)
+    assert isinstance(result.contributions, ChunkContributions)
+    assert dumps_pretty(result.contributions.to_json()) == text  # the result's document is the file
+    model = result.contributions
     bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
     by_id = {c["chunk_id"]: c for c in doc["contributions"]}
     noisy = "chunk-000000000002"
     assert by_id[noisy]["status"] == "selected" and by_id[noisy]["within_noise"] is True
 
     chunks = {c["chunk_id"]: c for c in json.loads(draft_path.read_text(encoding="utf-8"))["chunks"]}
-    rows, schema = gate_chunk_table(doc, chunks)
+    rows, schema = gate_chunk_table(model, chunks)
     assert [c.name for c in schema.columns][5:10] == ["beta_reward", "interval_95", "noise_bar", "noise", "adjusted_p"]
     for row in rows:
         core_row = by_id[row.data["chunk"]]
@@ -243,7 +248,7 @@ def test_gate_and_snapshot_tables_mark_chunks_within_noise(tmp_path):
         assert row.data["noise"] == ("within noise" if core_row["within_noise"] else "above noise bar")
         low, high = core_row["confidence_interval"]
         assert row.data["interval_95"] == f"[{low:+.4f}, {high:+.4f}]"
-    gate_meta = noise_metadata(doc)
+    gate_meta = noise_metadata(model)
     assert gate_meta["selection_rule"] == doc["estimator"]["selection_rule"] == "strictly_positive_top_k"
     assert gate_meta["noise_bar"] == bar
     assert gate_meta["noise_bar_median_max_abs"] == doc["estimates"]["reward"]["noise_bar"]["median_max_abs"]

@@ -5,7 +5,8 @@ from testkit.gatekit import EffectRunner, gate_setup, make_bare_run, make_draft,
 from testkit.tracegen import make_trace, write_traces
 
 from shopsimrl_core._errors import SkillError
-from shopsimrl_core._hashing import write_json_atomic
+from shopsimrl_core._hashing import dumps_pretty, write_json_atomic
+from shopsimrl_core.documents import ChunkContributions
 from shopsimrl_core.runs.planning._jobs import EpisodeJob
 from shopsimrl_core.skills._gate import mask_draw, preflight_bare_run, read_validation_traces
 from shopsimrl_core.skills._gate_a import AssignedSkillBank, GateAConfig, build_assignments, run_gate_a, select_chunks
@@ -57,15 +58,21 @@ def test_gate_recovers_effects_selects_positive_and_resumes(tmp_path):
     result = run_gate_a(settings, runner=runner)  # resume: only the 2 failed episodes run again
     assert result.status == "complete"
     assert runner.episodes_run == 20
-    est = result.contributions["estimates"]
+    assert isinstance(result.contributions, ChunkContributions)
+    est = result.contributions.estimates
     for metric in ("reward", "r_strict"):
-        beta = est[metric]["coefficients"]
+        beta = est[metric].coefficients
         assert beta["chunk-000000000000"] == pytest.approx(0.3, abs=1e-12)
         assert beta["chunk-000000000001"] == pytest.approx(-0.2, abs=1e-12)
-    lo, hi = est["reward"]["confidence_intervals"]["chunk-000000000000"]
+    intervals = est["reward"].confidence_intervals
+    assert intervals is not None and intervals["chunk-000000000000"] is not None
+    lo, hi = intervals["chunk-000000000000"]
     assert lo == pytest.approx(0.3, abs=1e-9) and hi == pytest.approx(0.3, abs=1e-9)
     assert result.selected_chunk_ids == ["chunk-000000000000", "chunk-000000000002"]
-    statuses = {c["chunk_id"]: c["status"] for c in result.contributions["contributions"]}
+    # the result's document is the file, byte for byte
+    text = (tmp_path / "gate" / "contributions.json").read_text(encoding="utf-8")
+    assert dumps_pretty(result.contributions.to_json()) == text
+    statuses = {c.chunk_id: c.status for c in result.contributions.contributions}
     assert statuses["chunk-000000000001"] == "non_positive"
     bank = json.loads(result.selected_skillbank_path.read_text())
     assert bank["bank_version"] == "cold-start-gate-a-selected-v2"

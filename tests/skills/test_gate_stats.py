@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from shopsimrl_core.documents import ChunkContributions
 from shopsimrl_core.skills._gate import estimate
 
 
@@ -126,17 +127,20 @@ def test_gate_a_records_the_rule_and_marks_noise_level_chunks(tmp_path) -> None:
             runner=runner,
         )
         doc = result.contributions
-        assert doc["estimator"]["selection_rule"] == name
-        rows = {c["chunk_id"]: c for c in doc["contributions"]}
-        bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
+        assert isinstance(doc, ChunkContributions)
+        assert doc.estimator["selection_rule"] == name
+        rows = {c.chunk_id: c for c in doc.contributions}
+        noise_bar = doc.estimates["reward"].noise_bar
+        assert noise_bar is not None
         for c in rows.values():
-            assert c["within_noise"] is (abs(c["coefficient"]) <= bar) and 0 < c["adjusted_p_value"] <= 1
-        expected = [c for c, row in rows.items() if row["coefficient"] > 0 and (rule == "published" or
-                                                                               not row["within_noise"])]
+            assert c.within_noise is (abs(c.coefficient) <= noise_bar.noise_bar)
+            assert c.adjusted_p_value is not None and 0 < c.adjusted_p_value <= 1
+        expected = [c for c, row in rows.items() if row.coefficient > 0 and (rule == "published" or
+                                                                            not row.within_noise)]
         assert result.selected_chunk_ids == expected
         if rule == "above_noise":  # the +0.05 chunk is below the bar (≈ 0.20 on 20 noiseless pairs)
             assert result.selected_chunk_ids == ["chunk-000000000000"]
-            assert rows["chunk-000000000002"]["status"] == "within_noise"
+            assert rows["chunk-000000000002"].status == "within_noise"
         else:
             assert result.selected_chunk_ids == ["chunk-000000000000", "chunk-000000000002"]
         bank = json.loads(result.selected_skillbank_path.read_text())

@@ -5,6 +5,7 @@ from testkit.gatekit import EffectRunner, make_bare_run, online_pool, write_conf
 
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
+from shopsimrl_core.documents import OnlineContributions
 from shopsimrl_core.runs.planning._jobs import EpisodeJob
 from shopsimrl_core.skills._gate import mask_draw
 from shopsimrl_core.skills._online_gate import (
@@ -78,9 +79,10 @@ def test_online_gate_end_to_end_with_rewrite_winner(tmp_path):
                                               candidate_pool_path=pool_path, active_skill_budget=10,
                                               bootstrap_samples=50), runner=runner)
     assert result.status == "complete"
-    beta = result.contributions["estimates"]["reward"]["coefficients"]
+    assert isinstance(result.contributions, OnlineContributions)
+    beta = result.contributions.estimates["reward"].coefficients
     assert beta["cand-001"] == pytest.approx(0.25, abs=1e-12) and beta["chunk-b"] == pytest.approx(-0.1, abs=1e-12)
-    assert result.contributions["replacement_winners"] == {"chunk-a": "cand-001"}
+    assert result.contributions.replacement_winners == {"chunk-a": "cand-001"}
     bank = json.loads(result.selected_skillbank_path.read_text())
     assert bank["bank_version"] == "online-round-003-selected-v1"
     assert [(s["skill_id"], s["content"], s["version"]) for s in bank["skills"]] == [
@@ -166,21 +168,22 @@ def test_online_gate_records_the_rule_and_marks_noise_level_interventions(tmp_pa
                                                   selection_rule=rule), runner=runner)
         assert result.status == "complete"
         doc = result.contributions
+        assert isinstance(doc, OnlineContributions)
         documents[rule] = doc
-        rows = {c["intervention_id"]: c for c in doc["contributions"]}
-        bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
-        assert all(c["within_noise"] is (abs(c["coefficient"]) <= bar) for c in rows.values())
+        noise_bar = doc.estimates["reward"].noise_bar
+        assert noise_bar is not None
+        assert all(c.within_noise is (abs(c.coefficient) <= noise_bar.noise_bar) for c in doc.contributions)
         manifest = json.loads((tmp_path / rule / "online_gate_manifest.json").read_text())
         bank = json.loads(result.selected_skillbank_path.read_text())
         name = {"published": "strictly_positive_top_k", "above_noise": "above_noise_bar_top_k"}[rule]
-        assert doc["estimator"]["selection_rule"] == f"rewrite_winners_then_{name}"
+        assert doc.estimator["selection_rule"] == f"rewrite_winners_then_{name}"
         assert bank["metadata"]["estimator"]["selection_rule"] == f"rewrite_winners_then_{name}"
         assert manifest["protocol"]["selection"] == f"replacement_winner_then_{name}"
     published, controlled = documents["published"], documents["above_noise"]
-    assert published["selected_intervention_ids"] == ["cand-001", "cand-002"]  # β 0.02 > 0 is kept by published
-    rows = {c["intervention_id"]: c for c in controlled["contributions"]}
-    assert rows["cand-002"]["within_noise"] is True and rows["cand-002"]["status"] == "within_noise"
-    assert controlled["selected_intervention_ids"] == ["cand-001"]
+    assert published.selected_intervention_ids == ["cand-001", "cand-002"]  # β 0.02 > 0 is kept by published
+    rows = {c.intervention_id: c for c in controlled.contributions}
+    assert rows["cand-002"].within_noise is True and rows["cand-002"].status == "within_noise"
+    assert controlled.selected_intervention_ids == ["cand-001"]
     ledger_text = (tmp_path / "above_noise" / "proposal_ledger.jsonl").read_text()
     ledger = [json.loads(line) for line in ledger_text.splitlines()]
     assert {r["candidate_id"]: r["validation_result"] for r in ledger} == {"cand-001": "selected",

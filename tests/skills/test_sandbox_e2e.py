@@ -9,6 +9,7 @@ import yaml
 
 from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.analysis._labels import label_run, read_labels
+from shopsimrl_core.documents import ChunkContributions
 from shopsimrl_core.episode._skillbank import bank_sha256, load_skillbank
 from shopsimrl_core.export._records import export_sft, export_traces
 from shopsimrl_core.runs.config._config import load_config
@@ -61,13 +62,14 @@ def test_traces_to_skillbank_to_injected_run(sandbox, tmp_path):
                                   bare_run_dir=bare.run_dir, draft_path=draft_path, bootstrap_samples=200))
     assert gate.status == "complete"
     contributions = gate.contributions
-    assert contributions["observations"] == bare.counts.requested
-    assert set(contributions["estimates"]) >= {"reward", "r_strict", "r_success"}
+    assert isinstance(contributions, ChunkContributions)
+    assert contributions.observations == bare.counts.requested
+    assert set(contributions.estimates) >= {"reward", "r_strict", "r_success"}
     masked = [json.loads(line) for line in (tmp_path / "runs" / "gate-a" / "traces.jsonl").read_text().splitlines()]
     assert all(r["provenance"]["skills"]["provider"] == "assigned_json_skillbank" for r in masked)
     assert any(r["selected_skills"] for r in masked)
     manifest = json.loads((tmp_path / "runs" / "gate-a" / "manifest.json").read_text())
-    assert manifest["plan"]["trace2skill_gate"]["assignment_sha256"] == contributions["assignment_sha256"]
+    assert manifest["plan"]["trace2skill_gate"]["assignment_sha256"] == contributions.assignment_sha256
     from shopsimrl_core.skills._gate_a import plan_gate_a
     described = plan_gate_a(GateAConfig(output_dir=tmp_path / "runs" / "gate-a", experiment_config=bare_cfg,
                                         bare_run_dir=bare.run_dir, draft_path=draft_path))

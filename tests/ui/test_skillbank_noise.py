@@ -79,8 +79,8 @@ def test_the_skillbank_snapshot_page_marks_noise_level_chunks(dagster_dev, tmp_p
                     bare_run_dir=bare_run, draft_path=draft_path, bootstrap_samples=200),
         runner=EffectRunner(EFFECTS),
     )
-    doc = gate.contributions
-    assert doc is not None and gate.selected_chunk_ids == [CLEAR, NOISY]
+    assert gate.contributions is not None and gate.selected_chunk_ids == [CLEAR, NOISY]
+    doc = gate.contributions.to_json()  # as contributions.json holds it
     rows = {c["chunk_id"]: c for c in doc["contributions"]}
     bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
     assert rows[NOISY]["within_noise"] is True and rows[CLEAR]["within_noise"] is False

@@ -15,6 +15,7 @@ import httpx
 from testkit.core_runkit import record
 
 import shopsimrl_core as core
+from shopsimrl_core.documents import ChunkContributions, OnlineContributions
 
 
 def _run(
@@ -177,9 +178,11 @@ def test_skillbank_page_marks_the_chunks_within_noise(tmp_path: Path, viewer_for
     )
     assert result.selected_skillbank_path is not None and result.contributions is not None
     snap = core.snapshot_skillbank(core.load_skillbank(result.selected_skillbank_path), root / "skillbanks")
-    doc = result.contributions
-    bar = doc["estimates"]["reward"]["noise_bar"]["noise_bar"]
-    rows = {c["chunk_id"]: c for c in doc["contributions"]}
+    assert isinstance(result.contributions, ChunkContributions)
+    noise_bar = result.contributions.estimates["reward"].noise_bar
+    assert noise_bar is not None
+    bar = noise_bar.noise_bar
+    rows = {c.chunk_id: c for c in result.contributions.contributions}
     _run(root, "ckpt-a", tasks=2, repeats=1)  # the root holds a run, as a runs root does
     base = viewer_for([root]).base_url
 
@@ -192,12 +195,13 @@ def test_skillbank_page_marks_the_chunks_within_noise(tmp_path: Path, viewer_for
         block = page[page.index(f'id="skill-{number}"'):]
         block = block[: block.index("<pre>")]
         row = rows[chunk]
-        low, high = row["confidence_interval"]
+        assert row.confidence_interval is not None and row.adjusted_p_value is not None
+        low, high = row.confidence_interval
         text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", block)))
-        assert f"Gate A β {row['coefficient']:+.4f} [{low:+.4f}, {high:+.4f}]" in text
-        assert f"adjusted p {row['adjusted_p_value']:.3f}" in text
-        assert ("within noise" if row["within_noise"] else "above noise bar") in text
-    assert rows["chunk-000000000002"]["within_noise"] is True and rows["chunk-000000000000"]["within_noise"] is False
+        assert f"Gate A β {row.coefficient:+.4f} [{low:+.4f}, {high:+.4f}]" in text
+        assert f"adjusted p {row.adjusted_p_value:.3f}" in text
+        assert ("within noise" if row.within_noise else "above noise bar") in text
+    assert rows["chunk-000000000002"].within_noise is True and rows["chunk-000000000000"].within_noise is False
 
 
 def test_skillbank_page_of_an_online_round_shows_its_rule_and_noise_verdicts(tmp_path: Path, viewer_for) -> None:
@@ -220,10 +224,12 @@ def test_skillbank_page_of_an_online_round_shows_its_rule_and_noise_verdicts(tmp
                                   candidate_pool_path=pool_path, bootstrap_samples=50, selection_rule=rule),
             runner=runner,
         )
-        assert result.contributions is not None
+        assert isinstance(result.contributions, OnlineContributions)
         snap = core.freeze_round_bank(round_dir)
-        bar = result.contributions["estimates"]["reward"]["noise_bar"]["noise_bar"]
-        rows = {c["intervention_id"]: c for c in result.contributions["contributions"]}
+        noise_bar = result.contributions.estimates["reward"].noise_bar
+        assert noise_bar is not None
+        bar = noise_bar.noise_bar
+        rows = {c.intervention_id: c for c in result.contributions.contributions}
         page = _get(base, "/skillbank", path=snap.path.relative_to(root).as_posix())
         assert _text(page, "gate") == (
             f"online gate selection rule rewrite_winners_then_{name} · sign-flip noise bar {bar:.4f} (the largest "
@@ -234,9 +240,9 @@ def test_skillbank_page_of_an_online_round_shows_its_rule_and_noise_verdicts(tmp
             block = page[page.index(f'id="skill-{number}"') :]
             shown[skill] = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", block[: block.index("<pre>")])))
         # the rewrite cand-001 won chunk-a's slot and keeps its id; cand-002 (β 0.02) is within noise
-        assert rows["cand-001"]["within_noise"] is False and rows["cand-002"]["within_noise"] is True
+        assert rows["cand-001"].within_noise is False and rows["cand-002"].within_noise is True
         assert "above noise bar" in shown["chunk-a"] and "online gate β +0.4000" in shown["chunk-a"]
-        assert f"adjusted p {rows['cand-001']['adjusted_p_value']:.3f}" in shown["chunk-a"]
+        assert f"adjusted p {rows['cand-001'].adjusted_p_value:.3f}" in shown["chunk-a"]
         if rule == "published":
             assert "within noise" in shown["cand-002"]  # selected by β > 0, marked on the page
         else:
