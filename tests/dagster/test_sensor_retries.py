@@ -7,26 +7,16 @@ sensor's run and Dagster's own retry of it), and the checkpoint's partition ends
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import httpx
 import pytest
-import yaml
+from daemon_harness import DagsterDev
 
 from shopsimrl_dagster.defs.resources import CheckpointRegistry
 from shopsimrl_dagster.defs.sensors import MAX_REQUEST_ATTEMPTS, build_registry_sensor, requests_to_renew
-from shopsimrl_dagster.instance import prepare_dagster_home
 from shopsimrl_dagster.run_tags import TRIGGER_TAG
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 
 
 def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, registry: CheckpointRegistry) -> Any:
@@ -126,99 +116,6 @@ def test_failures_in_a_step_retries_pending_later_runs_and_cancels_are_left_alon
 # --------------------------------------------------------------------------------------------------
 
 
-def _gql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60,
-                          trust_env=False)
-    response.raise_for_status()
-    body = response.json()
-    assert "errors" not in body, body["errors"]
-    return body["data"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class _DagsterDev:
-    """``dagster dev`` on the project workspace; its instance's launcher fails its first *failures* launches."""
-
-    def __init__(self, tmp_path: Path, sandbox: Any, settings_writer: Any, *, failures: int, sensor: bool) -> None:
-        from shopsimrl_dagster.settings import load_pipeline_settings
-
-        path = settings_writer(tmp_path, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
-                               served_model=sandbox.served_model, split_file=sandbox.split_file, val_sample=4)
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-        document["automation"].update(sensor_running=sensor, schedule_running=False, sensor_interval_s=5)
-        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-        self.settings = load_pipeline_settings(path)
-        # The project's instance, with a run launcher that fails its first launches (flaky_launcher.py).
-        self.home = prepare_dagster_home(tmp_path / "home")
-        config = yaml.safe_load((self.home / "dagster.yaml").read_text(encoding="utf-8"))
-        config["run_launcher"] = {"module": "flaky_launcher", "class": "FlakyLaunchRunLauncher",
-                                  "config": {"failures": failures}}
-        (self.home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        self.log_path, port = tmp_path / "dagster-dev.log", _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "DAGSTER_HOME": str(self.home), "SHOPSIMRL_PIPELINE_CONFIG": str(path),
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
-                 "-p", str(port)], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        # prepare_plans first: an evaluation checks its plan against job_plan.
-        from shopsimrl_dagster.definitions import build_definitions
-
-        with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            job = build_definitions(self.settings).resolve_job_def("prepare_plans")
-            assert job.execute_in_process(instance=instance).success
-        query = "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
-
-        def loaded() -> tuple[bool, Any]:
-            entries = self.gql(query)["workspaceOrError"]["locationEntries"]
-            return bool(entries) and all(e["loadStatus"] == "LOADED" for e in entries), entries
-
-        self.wait("the code location to load", loaded)
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
-
-    def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        return _gql(self.url, query, variables)
-
-    def wait(self, what: str, check: Any, stall_s: float = 240) -> Any:
-        """Poll *check* (returns (done, progress)) until done; fail after *stall_s* without progress."""
-        last, deadline = None, time.monotonic() + stall_s
-        while True:
-            assert self.process.poll() is None, self.log_tail()
-            try:
-                done, progress = check()
-            except httpx.HTTPError:
-                done, progress = False, last
-            if done:
-                return progress
-            if progress != last:
-                last, deadline = progress, time.monotonic() + stall_s
-            assert time.monotonic() < deadline, f"{what}: no progress for {stall_s} s: {last}\n{self.log_tail()}"
-            time.sleep(1)
-
-    def runs(self, tag: str, value: str) -> dict[str, dg.DagsterRun]:
-        with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            return {run.run_id: run for run in instance.get_runs(filters=dg.RunsFilter(tags={tag: value}))}
-
-    def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-
 def _statuses(runs: dict[str, dg.DagsterRun]) -> dict[str, str]:
     return {run_id: run.status.value for run_id, run in runs.items()}
 
@@ -226,7 +123,7 @@ def _statuses(runs: dict[str, dg.DagsterRun]) -> dict[str, str]:
 @pytest.mark.slow
 def test_the_daemon_ends_with_the_checkpoint_materialized_when_its_first_launches_fail(
         tmp_path: Path, sandbox: Any, settings_writer, register) -> None:
-    dev = _DagsterDev(tmp_path, sandbox, settings_writer, failures=2, sensor=True)
+    dev = DagsterDev(tmp_path, sandbox, settings_writer, failures=2, sensor=True)
     try:
         register(dev.settings, "flaky-step-000100", 100)
 
@@ -253,7 +150,7 @@ def test_the_daemon_ends_with_the_checkpoint_materialized_when_its_first_launche
 @pytest.mark.slow
 def test_what_a_job_backfill_shows_when_a_run_retry_saved_its_partition(
         tmp_path: Path, sandbox: Any, settings_writer, register) -> None:
-    dev = _DagsterDev(tmp_path, sandbox, settings_writer, failures=1, sensor=False)
+    dev = DagsterDev(tmp_path, sandbox, settings_writer, failures=1, sensor=False)
     partitions = ["bf-step-000100", "bf-step-000200"]
     try:
         for step, checkpoint_id in enumerate(partitions, 1):
