@@ -104,15 +104,17 @@ def best_checkpoint(runs: Sequence[CheckpointRun], **compare_options: Any) -> Be
         difference = _paired(compare_runs(runner.run_dir, best.run_dir, **compare_options))
         ci = difference.confidence_interval
         runner_up, distinguishable = _headline(runner, runner_summary), bool(ci and ci[0] > 0)
-    return BestCheckpoint.model_validate({
-        "schema_version": BestCheckpoint.SCHEMA,
-        "metric": _METRIC,
-        "best": _headline(best, best_summary),
-        "runner_up": runner_up,
-        "difference": difference,
-        "distinguishable": distinguishable,
-        "ranking": [_headline(run, summary) for run, summary in ranked],
-    })
+    return BestCheckpoint.model_validate(
+        {
+            "schema_version": BestCheckpoint.SCHEMA,
+            "metric": _METRIC,
+            "best": _headline(best, best_summary),
+            "runner_up": runner_up,
+            "difference": difference,
+            "distinguishable": distinguishable,
+            "ranking": [_headline(run, summary) for run, summary in ranked],
+        }
+    )
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,17 @@ from shopsimrl_core.documents._base import DocumentError
 from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.viewer._paths import RunRef
 
-__all__ = ["IndexCache", "RunRows", "json_text", "labels_of", "number_param", "page_of", "read_json", "read_summary",
-           "run_meta"]
+__all__ = [
+    "IndexCache",
+    "RunRows",
+    "json_text",
+    "labels_of",
+    "number_param",
+    "page_of",
+    "read_json",
+    "read_summary",
+    "run_meta",
+]
 
 
 def json_text(value: Any) -> str:

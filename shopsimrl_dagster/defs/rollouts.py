@@ -194,9 +194,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
             audit=audit,
             manifest=manifest,
             # No start event when nothing was left to run: everything complete was complete before.
-            completed_before=before.get(
-                "done", result.counts.completed if result.attempts == 0 else 0
-            ),
+            completed_before=before.get("done", result.counts.completed if result.attempts == 0 else 0),
             wall_s=time.monotonic() - started,
             model_base_url=inference_endpoint.base_url_for(checkpoint),
             served_model=inference_endpoint.model_for(checkpoint),

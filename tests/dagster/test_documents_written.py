@@ -127,8 +127,12 @@ def test_every_json_document_the_layer_writes_parses_with_its_model(tmp_path: Pa
     assert json.dumps(best) == json.dumps(recomputed.to_json())
     assert list(best) == ["schema_version", "metric", "best", "runner_up", "difference", "distinguishable", "ranking"]
     assert list(best["best"]) == ["checkpoint_id", "step", "reward_mean", "reward_ci", "success_rate", "success_ci"]
-    assert list(best["difference"]) == ["mean_difference", "confidence_interval", "minimum_detectable_difference",
-                                        "within_noise"]
+    assert list(best["difference"]) == [
+        "mean_difference",
+        "confidence_interval",
+        "minimum_detectable_difference",
+        "within_noise",
+    ]
     progress = json.loads((root / "_progress" / "val" / "progress.json").read_text(encoding="utf-8"))
     assert list(progress) == ["schema_version", "suite", "points"] and progress["suite"] == "val"
     assert [p["checkpoint_id"] for p in progress["points"]] == ["c-1", "c-2"]
