@@ -19,7 +19,7 @@ from shopsimrl_core.documents import SuiteJobPlan
 from ..eval_config import write_eval_config
 from ..run_tags import ALLOW_TEST_RERUN_TAG, ALLOW_TEST_SPLIT_TAG, is_true
 from .checks import rollout_check_results, rollout_check_specs
-from .failures import as_failure
+from .failures import as_failure, interrupt_is_final
 from .partitions import checkpoints
 from .plans import JOB_PLAN
 from .resources import CheckpointRegistry, EvaluationSuites, InferenceEndpoint, RunStorage, ShopSimulatorEnvironment
@@ -164,7 +164,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
                     f"{'n/a' if event.reward_mean is None else format(event.reward_mean, '.4f')}"
                 )
 
-        with as_failure():
+        with as_failure(), interrupt_is_final(f"the rollout of {checkpoint.checkpoint_id} on suite {name}"):
             config = core.load_config(config_path)
             result = core.run_evaluation(
                 config,

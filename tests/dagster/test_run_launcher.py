@@ -3,8 +3,9 @@
 The launcher starts ``dagster api execute_run`` as the daemon's child (not through the code server), so it
 also owns termination: the UI's "Terminate" must mark the run canceling and interrupt that very process
 (SIGINT, what the code server sends), and the worker must then finish. What the run does with the interrupt is
-the job's: the rollout stops cleanly, and its step's RetryPolicy may run it again (Dagster applies a step's
-retry policy to interrupts). The lost-run-worker path is tests/ui/test_kill.py and tests/scale/test_celery_faults.py.
+the job's: the rollout stops cleanly and stays stopped — Dagster applies a step's RetryPolicy to interrupts, so the
+rollout turns the interrupt into a failure that is not retried (``interrupt_is_final``), and the terminated run never
+ends SUCCESS. The lost-run-worker path is tests/ui/test_kill.py and tests/scale/test_celery_faults.py.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_a_termination_interrupts_the_run_worker_the_launcher_started(tmp_path: 
                 status, alive = dev.runs("dagster/backfill", backfill_id)[run_id].status.value, _alive(pid)
                 return status in ("SUCCESS", "FAILURE", "CANCELED") and not alive, (status, alive)
 
-            dev.wait("the run to finish and its worker to exit", finished)
+            final_status, _ = dev.wait("the run to finish and its worker to exit", finished)
             with dg.DagsterInstance.from_config(str(dev.home)) as instance:
                 entries = [e for e in instance.all_logs(run_id) if e.dagster_event]
             kinds = [e.dagster_event.event_type for e in entries]  # type: ignore[union-attr]
@@ -88,5 +89,8 @@ def test_a_termination_interrupts_the_run_worker_the_launcher_started(tmp_path: 
                 dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_FAILURE)
                 and re.search(r"KeyboardInterrupt|DagsterExecutionInterruptedError", dg.serialize_value(e))]
             assert dg.DagsterEventType.RUN_CANCELED in kinds or interrupted, [k.value for k in kinds]
+            # A terminated run is never a success, and its rollout was not started again by the retry policy.
+            assert final_status != "SUCCESS", [k.value for k in kinds]
+            assert dg.DagsterEventType.STEP_UP_FOR_RETRY not in kinds, [k.value for k in kinds]
         finally:
             dev.stop()
