@@ -4,13 +4,16 @@ One endpoint URL (so one ``shopsimrl/endpoint`` queue) serving several model nam
 lists the sandbox's served model plus the *aliases*; a chat completion for an alias is passed to the
 sandbox under its served name. Each request is logged with its arrival time (``time.time()``) and
 the model it asked for, so a test can tell which run sent it. ``delay_s`` slows every completion
-down, so a rollout lasts long enough to kill something in the middle of it.
+down, so a rollout lasts long enough to kill something in the middle of it; each delay is drawn from
+[0.5, 1.5] × ``delay_s`` (seeded), so the episodes in flight do not step in lockstep and requests keep
+arriving every fraction of a second rather than in one burst per ``delay_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -36,6 +39,7 @@ class RecordingProxy:
     def __init__(self, upstream: str, served_model: str, aliases: list[str], delay_s: float = 0.0) -> None:
         self.upstream, self.served_model = upstream.rstrip("/"), served_model
         self.aliases, self.delay_s = aliases, delay_s
+        self._rng = random.Random(20261202)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
@@ -120,7 +124,7 @@ class RecordingProxy:
             return 200, json.dumps({"object": "list", "data": [
                 {"id": name, "object": "model", "owned_by": "proxy"} for name in names]}).encode()
         if self.delay_s and path.endswith("/chat/completions"):
-            await asyncio.sleep(self.delay_s)
+            await asyncio.sleep(self.delay_s * (0.5 + self._rng.random()))
         suffix = path.split("/v1", 1)[1] if "/v1" in path else path
         forwarded = {k: v for k, v in headers.items() if k in ("authorization", "content-type")}
         response = await self._client.request(method, f"{self.upstream}{suffix}", content=body or None,
