@@ -31,6 +31,20 @@ MODEL_NAME = "bench-stub"
 _BUY = "buy now"
 
 
+def model_section(model: str, model_url: str, **extra: Any) -> dict[str, Any]:
+    """The evaluation config's ``model`` section for the stub at *model_url* (the benchmarks share it)."""
+    return {
+        "name": model,
+        "base_url": model_url,
+        "api_key_env": None,
+        "checkpoint_id": "bench",
+        "max_retries": 1,
+        "timeout": 120,
+        "trust_env": False,
+        **extra,
+    }
+
+
 def _instruction(messages: list[dict[str, Any]]) -> str:
     for message in messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):

@@ -41,7 +41,7 @@ from typing import Any
 from benchmarks._measure import SPLIT, _round, machine_facts, proc_cpu_seconds, steady_rate
 from benchmarks._shape_report import fixed_and_marginal, format_table, headline, markdown_table
 from benchmarks._stub_env import DEFAULT_OBS_KB, StubEnvServer
-from benchmarks._stub_model import StubModelServer
+from benchmarks._stub_model import StubModelServer, model_section
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "client_shape.json"
@@ -135,16 +135,7 @@ def _config(
         "tasks": {"split_file": str(split_file), "split": SPLIT, "sample_size": tasks, "repeats": repeats},
         "environment": {"base_url": env_url, "timeout": 120, "max_connections": max(64, concurrency)},
         "runtime": {"max_steps": EPISODE_STEPS + 2},
-        "model": {
-            "name": model,
-            "base_url": model_url,
-            "api_key_env": None,
-            "checkpoint_id": "bench",
-            "max_retries": 1,
-            "timeout": 120,
-            "trust_env": False,
-            "max_connections": max(64, concurrency),
-        },
+        "model": model_section(model, model_url, max_connections=max(64, concurrency)),
     }
     if start_spacing is not None:
         mapping["experiment"]["start_spacing_seconds"] = start_spacing

@@ -51,6 +51,7 @@ if str(REPO) not in sys.path:  # run as a script: `benchmarks` is a top-level fo
 
 from benchmarks._index_report import SCHEMA, curve, format_row, markdown_curve, plot  # noqa: E402
 from benchmarks._measure import machine_facts  # noqa: E402
+from benchmarks._stub_model import model_section  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 CURVE = "run_index_curve"
@@ -130,15 +131,7 @@ def config_mapping(
         "tasks": {"split_file": str(split_file), "split": "train", "sample_size": tasks, "repeats": episodes // tasks},
         "environment": {"base_url": env_url, "timeout": 120},
         "runtime": {"max_steps": 30},
-        "model": {
-            "name": model,
-            "base_url": model_url,
-            "api_key_env": None,
-            "checkpoint_id": "bench",
-            "max_retries": 1,
-            "timeout": 120,
-            "trust_env": False,
-        },
+        "model": model_section(model, model_url),
     }
 
 
