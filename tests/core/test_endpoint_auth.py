@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit.loopback import threaded_server
 
 import shopsimrl_core as core
 from shopsimrl_core import EndpointAuth
@@ -85,14 +85,8 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def recorder() -> Iterator[str]:
     _Recorder.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with threaded_server(_Recorder) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def test_a_new_header_given_only_by_model_config_auth_reaches_every_consumer(

@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from testkit.loopback import make_certificate
 
 from shopsimrl_core.adapters._h1 import H1Engine
 from shopsimrl_core.adapters._http import AiohttpEngine, HttpxEngine, TransportError, build_engine
@@ -694,29 +695,7 @@ def tls_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = make_certificate(folder)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

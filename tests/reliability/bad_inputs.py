@@ -19,7 +19,6 @@ import json
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from testkit.loopback import make_certificate, threaded_server
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "errors.md"
@@ -2278,14 +2278,8 @@ class _Html(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def html_server() -> Iterator[str]:
     """A real HTTP server on a free loopback port answering every request with a 200 HTML page."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Html)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with threaded_server(_Html) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 class _Tls(BaseHTTPRequestHandler):
@@ -2304,36 +2298,6 @@ class _Tls(BaseHTTPRequestHandler):
         pass
 
 
-def make_certificate(folder: Path) -> tuple[Path, Path]:
-    """A fresh self-signed certificate for 127.0.0.1 (``openssl req``): ``(cert.pem, key.pem)``."""
-    import subprocess
-
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @contextlib.contextmanager
 def tls_server() -> Iterator[tuple[str, Path]]:
     """A real HTTPS server on a free loopback port with a self-signed certificate; yields its URL and the
@@ -2343,17 +2307,14 @@ def tls_server() -> Iterator[tuple[str, Path]]:
 
     with tempfile.TemporaryDirectory(prefix="tls-") as tmp:
         cert, key = make_certificate(Path(tmp))
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Tls)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"https://127.0.0.1:{server.server_address[1]}", cert
-        finally:
-            server.shutdown()
-            server.server_close()
+
+        def wrap(server: ThreadingHTTPServer) -> None:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+
+        with threaded_server(_Tls, wrap=wrap) as port:
+            yield f"https://127.0.0.1:{port}", cert
 
 
 def table_rows(results: list[tuple[Case, str]]) -> list[str]:

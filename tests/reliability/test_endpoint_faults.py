@@ -13,13 +13,14 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from chaoskit import Sandbox, check_traces, outstanding_leases, start_run, write_config
+from testkit.loopback import threaded_server
 
 PAGE = b"<!doctype html>\n<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
 
@@ -65,14 +66,10 @@ def html_after_preflight(upstream: str, every: int) -> Iterator[tuple[str, dict[
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", counts
+        with threaded_server(Handler) as port:
+            yield f"http://127.0.0.1:{port}/v1", counts
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()
 
 

@@ -5,16 +5,16 @@ whether the server may hold a slot for it, and no slot leaks that the answer nam
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from chaoskit import Sandbox, check_traces, start_run, write_config
+from testkit.loopback import threaded_server
 
 from shopsimrl_core.runs.leases._leases import LeaseJournal
 
@@ -55,13 +55,10 @@ def cutting_proxy(upstream: str, mode: str) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with threaded_server(Handler) as port:
+            yield f"http://127.0.0.1:{port}"
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()
 
 
