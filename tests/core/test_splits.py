@@ -83,3 +83,75 @@ def test_test_named_split_without_role_is_guarded(tmp_path: Path) -> None:
         )
     )
     assert loaded.get("test").guarded and loaded.get("holdout").guarded and not loaded.get("other").guarded
+
+
+SANDBOX_SPLITS = PERSONA_SPLITS.parent / "sandbox" / "persona_splits.sandbox.json"
+
+
+def _with_test_task_in_val(tmp_path: Path, *, drop_checks: bool = False) -> tuple[Path, int]:
+    """Issue 33's walk-around: a copy of the sandbox split file, a test task added to val, val's hash and count
+    dropped so the hash check has nothing to compare (and, optionally, the ``checks`` block deleted too)."""
+    data = json.loads(SANDBOX_SPLITS.read_text(encoding="utf-8"))
+    smuggled = data["splits"]["test"]["task_ids"][3]
+    val = data["splits"]["val"]
+    val["task_ids"].append(smuggled)
+    del val["task_ids_sha256"], val["task_count"]
+    if drop_checks:
+        del data["checks"]
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path, smuggled
+
+
+@pytest.mark.parametrize("drop_checks", [False, True], ids=["checks-kept", "checks-deleted"])
+def test_a_test_task_added_to_val_is_refused_at_load(tmp_path: Path, drop_checks: bool) -> None:
+    path, smuggled = _with_test_task_in_val(tmp_path, drop_checks=drop_checks)
+    with pytest.raises(ConfigError) as caught:
+        load_split_file(path)
+    assert caught.value.code == "split-invalid"
+    assert f"splits.val.task_ids.60: task {smuggled} is also in split 'test'" in str(caught.value)
+
+
+def test_every_loader_of_an_edited_split_file_refuses_it(tmp_path: Path) -> None:
+    """The training export loads through the same reader (the CLI and Dagster planning do too; the bad-input
+    catalogue runs `shopsimrl plan` and `run` on this file): training on `train` is refused though train is
+    untouched, because the file as a whole is not what it declares."""
+    from shopsimrl_core.export import export_slime_tasks
+
+    path, smuggled = _with_test_task_in_val(tmp_path)
+    out = tmp_path / "tasks.jsonl"
+    with pytest.raises(ConfigError, match=rf"task {smuggled} is also in split 'test'"):
+        export_slime_tasks(path, "train", out)
+    assert not out.exists()
+
+
+def test_declared_checks_hold(tmp_path: Path) -> None:
+    """`pairwise_task_disjoint` between unguarded splits, `test_exclusions_respected`, and the
+    `persona_task_count` of a `complete_coverage` file are checked when declared, and only then."""
+    splits = {"train": {"role": "train", "task_ids": [1, 2, 3]}, "val": {"role": "val", "task_ids": [3, 4]},
+              "test": {"role": "test", "task_ids": [5, 6]}}
+
+    def write(checks: dict | None, policy: dict | None = None) -> Path:
+        body: dict = {"version": "v", "splits": splits}
+        if checks is not None:
+            body["checks"] = checks
+        if policy is not None:
+            body["policy"] = policy
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(body), encoding="utf-8")
+        return path
+
+    # train and val share task 3: allowed unless the file promises disjoint splits
+    assert load_split_file(write(None)).get("val").task_ids == (3, 4)
+    with pytest.raises(ConfigError, match=r"splits\.val\.task_ids\.0: task 3 is also in split 'train'; "
+                                          r"checks\.pairwise_task_disjoint is true"):
+        load_split_file(write({"pairwise_task_disjoint": True}))
+    splits["val"]["task_ids"] = [4]
+    with pytest.raises(ConfigError, match=r"splits\.test\.task_ids: holds task 6, which policy\.test_excluded"):
+        load_split_file(write({"test_exclusions_respected": True}, {"test_excluded_task_ids": [6]}))
+    with pytest.raises(ConfigError, match=r"checks\.persona_task_count: says 7 but the persona splits hold 6"):
+        load_split_file(write({"complete_coverage": True, "persona_task_count": 7}))
+    assert load_split_file(write({"complete_coverage": True, "persona_task_count": 6, "pairwise_task_disjoint": True,
+                                  "test_exclusions_respected": True}, {"test_excluded_task_ids": [9]}))
+    with pytest.raises(ConfigError, match=r"checks\.pairwise_task_disjoint: must be true or false"):
+        load_split_file(write({"pairwise_task_disjoint": "yes"}))

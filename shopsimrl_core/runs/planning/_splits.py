@@ -228,12 +228,99 @@ def _parse_split(path: Path, name: str, body: Any, version: str | None) -> TaskS
     )
 
 
+def _shared_task(
+    path: Path, first: TaskSplit, second: TaskSplit, why: str
+) -> ConfigError | None:
+    """The error for the first id of *second* (in file order) that *first* also holds, or None."""
+    held = set(first.task_ids)
+    for position, task_id in enumerate(second.task_ids):
+        if task_id in held:
+            return _fail(
+                path,
+                f"splits.{second.name}.task_ids.{position}",
+                f"task {task_id} is also in split {first.name!r}; {why} — remove it from one of them or "
+                "restore the frozen file",
+            )
+    return None
+
+
+def _check_guarded_tasks_stay_out(path: Path, splits: dict[str, TaskSplit]) -> None:
+    """Refuse a file where a guarded (test) task also sits in an unguarded split.
+
+    Such a task would be played without the test opt-in (issue 33: a test id added to val, val's hash
+    dropped, ran silently). Held whatever the file declares, so deleting its ``checks`` block does not
+    open the way either.
+    """
+    for guarded in (s for s in splits.values() if s.guarded):
+        for other in splits.values():
+            if other.name != guarded.name and not other.guarded:
+                error = _shared_task(path, guarded, other, f"split {guarded.name!r} is guarded (test)")
+                if error is not None:
+                    raise error
+
+
+def _declared_flag(path: Path, checks: dict[str, Any], key: str) -> bool:
+    value = checks.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _fail(path, f"checks.{key}", f"must be true or false (got {value!r}); restore the frozen file")
+    return value is True
+
+
+def _check_declared_checks(path: Path, data: dict[str, Any], splits: dict[str, TaskSplit]) -> None:
+    """Hold the file to what its ``checks`` block promises, where the file alone can show it (spec §15.1).
+
+    ``pairwise_task_disjoint``: no two splits share a task; ``test_exclusions_respected``: no id of
+    ``policy.test_excluded_task_ids`` is in a guarded split; ``persona_task_count`` (with
+    ``complete_coverage``): the splits hold that many distinct tasks. ``linked_groups_disjoint`` needs the
+    catalog and is not checked here.
+    """
+    checks = data.get("checks")
+    if checks is None:
+        return
+    if not isinstance(checks, dict):
+        raise _fail(path, "checks", f"must be an object (got {_json_type(checks)}); restore the frozen file")
+    if _declared_flag(path, checks, "pairwise_task_disjoint"):
+        ordered = list(splits.values())
+        for index, first in enumerate(ordered):
+            for second in ordered[index + 1 :]:
+                error = _shared_task(path, first, second, "checks.pairwise_task_disjoint is true")
+                if error is not None:
+                    raise error
+    if _declared_flag(path, checks, "test_exclusions_respected"):
+        policy = data.get("policy")
+        excluded = policy.get("test_excluded_task_ids") if isinstance(policy, dict) else None
+        excluded_ids = set(excluded) if isinstance(excluded, list) else set()
+        for guarded in (s for s in splits.values() if s.guarded):
+            hit = next((t for t in guarded.task_ids if t in excluded_ids), None)
+            if hit is not None:
+                raise _fail(
+                    path,
+                    f"splits.{guarded.name}.task_ids",
+                    f"holds task {hit}, which policy.test_excluded_task_ids excludes from test "
+                    "(checks.test_exclusions_respected is true); restore the frozen file",
+                )
+    declared_count = checks.get("persona_task_count")
+    if declared_count is not None and _declared_flag(path, checks, "complete_coverage"):
+        distinct = len(set().union(*(s.task_ids for s in splits.values() if s.persona is not False)))
+        if not _is_int(declared_count) or distinct != declared_count:
+            raise _fail(
+                path,
+                "checks.persona_task_count",
+                f"says {declared_count!r} but the persona splits hold {distinct} distinct tasks "
+                "(checks.complete_coverage is true); restore the frozen file",
+            )
+
+
 def load_split_file(path: str | Path) -> SplitFile:
     """Load and validate a split file.
 
     Promises: ids are non-negative, unique ints in file order (legacy ranges expanded, at most
     ``MAX_RANGE_IDS`` of them); every declared ``task_ids_sha256`` and ``task_count`` matches; keys the
-    format does not know are ignored; a leading UTF-8 byte-order mark is skipped. (An empty split parses;
+    format does not know are ignored; a leading UTF-8 byte-order mark is skipped; no task of a guarded
+    (test) split is in another unguarded split, whatever the file declares; the file's ``checks``
+    (``pairwise_task_disjoint``, ``test_exclusions_respected``, ``persona_task_count`` with
+    ``complete_coverage``) hold. Every caller — CLI, Dagster, exports, training — loads through here, so
+    the test-split guard cannot be walked around by editing a split file. (An empty split parses;
     planning a run on it is refused by ``build_plan``.)
 
     Raises:
@@ -277,6 +364,8 @@ def load_split_file(path: str | Path) -> SplitFile:
     version = data.get("version")
     version = None if version is None else str(version)
     splits = {str(name): _parse_split(resolved, str(name), body, version) for name, body in data["splits"].items()}
+    _check_guarded_tasks_stay_out(resolved, splits)
+    _check_declared_checks(resolved, data, splits)
     schema = data.get("schema_version")
     return SplitFile(
         path=resolved, version=version, schema_version=None if schema is None else str(schema), splits=splits
