@@ -38,6 +38,7 @@ from shopsimrl_core.documents._base import DocumentError
 from shopsimrl_core.documents._skills import SkillBank
 from shopsimrl_core.episode import _metrics
 from shopsimrl_core.viewer._data import (
+    LABELS_MAX_BYTES,
     IndexCache,
     RunRows,
     json_text,
@@ -47,6 +48,8 @@ from shopsimrl_core.viewer._data import (
     read_json,
     read_summary,
     run_meta,
+    size_note,
+    too_large,
 )
 from shopsimrl_core.viewer._paths import PathRefused, RunRef, ViewerRoots
 from shopsimrl_core.viewer._statistics import ComparisonCache, design_view, gate_view
@@ -266,6 +269,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
         summary = read_summary(run.path / "summary.json")
         return render(
             "run",
+            too_large=too_large(run),
             rel=run.rel,
             run_href=_href_run(run.rel),
             meta=run_meta(run),
@@ -388,6 +392,9 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
     def label_page(request: Request, run: RunRef, label: str) -> Response:
         labels = labels_of(run)
         if labels is None:
+            note = size_note(run.path / "labels.parquet", LABELS_MAX_BYTES)
+            if note is not None:
+                return render("error", title="too large to show", message=f"run {run.rel!r}: {note}")
             return refused(f"run {run.rel!r} has no labels.parquet; materialize episode_labels (or label_run) first")
         hit = labels.filter((pl.col("outcome") == label) | pl.col("labels").list.contains(label).fill_null(False)).sort(
             "episode_id"
@@ -547,6 +554,9 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             run = run_of(params["run"]) if params.get("run") else None
         except PathRefused as exc:
             return refused(str(exc))
+        note = size_note(path)
+        if note is not None:
+            return render("error", title="too large to show", message=f"{params.get('path')!r}: {note}")
         raw = read_json(path)
         if not isinstance(raw, dict) or not isinstance(raw.get("skills"), list):
             return refused(f"{params.get('path')!r} is not a SkillBank (no skills list)", status=400)
@@ -556,6 +566,8 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             return refused(f"not a valid SkillBank: {exc}", status=400)
         evidence_by_id: dict[str, list[dict[str, Any]]] = {}
         for sibling in sorted(path.parent.glob("*candidates*.json")):
+            if not viewer_roots.inside(sibling):  # a link out of the roots is not read
+                continue
             doc = read_json(sibling)
             for cand in (doc or {}).get("candidates", []) if isinstance(doc, dict) else []:
                 if isinstance(cand, dict) and isinstance(cand.get("evidence"), list):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -20,6 +21,8 @@ from shopsimrl_core.documents._runs import EvalSummary
 from shopsimrl_core.viewer._paths import RunRef
 
 __all__ = [
+    "DOCUMENT_MAX_BYTES",
+    "LABELS_MAX_BYTES",
     "IndexCache",
     "RunRows",
     "json_text",
@@ -29,18 +32,56 @@ __all__ = [
     "read_json",
     "read_summary",
     "run_meta",
+    "size_note",
+    "too_large",
 ]
+
+DOCUMENT_MAX_BYTES = 16 << 20
+"""The largest JSON document a page parses (summary, SkillBank, candidates, comparison, contributions).
+
+A real ``summary.json`` is a few hundred KB even at a million episodes; a bigger file is a foreign or
+broken one, and parsing it would cost the viewer its memory (a 2 GiB summary took 10 GB) and every
+page that reads it its time. Such a file is shown as "too large to show" instead (:func:`size_note`).
+"""
+LABELS_MAX_BYTES = 256 << 20
+"""The largest ``labels.parquet`` a page loads (a million labelled episodes is well below this)."""
 
 
 def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=str)
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, limit: int = DOCUMENT_MAX_BYTES) -> Any:
+    """The JSON document at *path*; None when missing, unreadable, not JSON or over *limit* bytes.
+
+    At most ``limit + 1`` bytes are ever read (the size is checked on the open file, and the read is
+    bounded too, so a file that grows meanwhile costs no more), so memory stays flat whatever the file.
+    """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size > limit:
+                return None
+            data = handle.read(limit + 1)
+        if len(data) > limit:
+            return None
+        return json.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def size_note(path: Path, limit: int = DOCUMENT_MAX_BYTES) -> str | None:
+    """"<name> is N MiB, over the viewer's limit of M MiB: too large to show" when *path* exceeds *limit*, else None."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size <= limit:
+        return None
+    return f"{path.name} is {_mib(size)}, over the viewer's limit of {_mib(limit)}: too large to show"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 30):.1f} GiB" if size >= 1 << 30 else f"{size / (1 << 20):.1f} MiB"
 
 
 def read_summary(path: Path) -> EvalSummary | None:
@@ -135,11 +176,17 @@ class RunRows:
             return hit[1]
         row = self._read(run, has_index=stamp[4] is not None or stamp[5] is not None)
         row["labels"] = stamp[2] is not None
+        row["too_large"] = too_large(run)
         with self._lock:
             self._items[run.path] = (stamp, row)
         return row
 
     def _read(self, run: RunRef, *, has_index: bool) -> dict[str, Any]:
+        # Listed before a link out was planted in it (run folders are not rescanned): read nothing.
+        link = run.escaping_link()
+        if link is not None:
+            return {"checkpoint": "?", "model": "?", "split": "?", "requested": None, "source": None,
+                    "refused": f"{link} is a symlink pointing out of the viewer roots; not served"}
         meta = run_meta(run)
         row: dict[str, Any] = {**meta, "source": None}
         summary = read_summary(run.path / "summary.json")
@@ -157,6 +204,15 @@ class RunRows:
         elif has_index:
             row.update(source="index", **_counts_from_index(self._indexes.get(run.path), meta.get("requested")))
         return row
+
+
+def too_large(run: RunRef) -> list[str]:
+    """The notes of the run's documents the viewer will not read for their size (summary, labels)."""
+    notes = (
+        size_note(run.path / "summary.json"),
+        size_note(run.path / "labels.parquet", LABELS_MAX_BYTES),
+    )
+    return [note for note in notes if note is not None]
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -222,7 +278,8 @@ def _meta_from_trace(path: Path) -> dict[str, Any]:
     record: Any = {}
     try:
         with open(path, "rb") as handle:
-            record = loads(handle.readline())
+            # bounded: a first line without an end (a broken or foreign file) is not read whole
+            record = loads(handle.readline(DOCUMENT_MAX_BYTES))
     except (OSError, ValueError):
         record = {}
     record = json_object(record)
@@ -251,8 +308,9 @@ def _meta_of(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def labels_of(run: RunRef) -> Any:
+    """The run's ``labels.parquet`` as a frame; None when missing, unreadable or over :data:`LABELS_MAX_BYTES`."""
     path = run.path / "labels.parquet"
-    if not path.is_file():
+    if not path.is_file() or size_note(path, LABELS_MAX_BYTES) is not None:
         return None
     from shopsimrl_core.analysis._labels import read_labels
 

@@ -4,6 +4,10 @@ A ``<rel>`` from a URL is untrusted. It must be a relative POSIX path of plain s
 no ``.``, no empty segment, no backslash or NUL, not absolute); the joined path is resolved with
 symlinks followed and must still lie inside the root's own resolved path. Anything else is refused
 with :class:`PathRefused` before the file system is touched beyond ``resolve``.
+
+The files inside a run directory are held to the same rule: a run folder with an entry that is a
+symlink pointing out of its root (``traces.jsonl``, ``summary.json`` or any other) is neither listed
+nor served, so a link planted next to the traces cannot show what lies outside the roots.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PathRefused", "ViewerRoots", "RunRef", "is_run_dir"]
+__all__ = ["PathRefused", "ViewerRoots", "RunRef", "escaping_link", "is_run_dir"]
 
 _SKIP_DIRS = {"superseded", "__pycache__", "node_modules"}
 _MAX_DEPTH = 5
@@ -31,13 +35,47 @@ def is_run_dir(path: Path) -> bool:
     return any((path / name).is_file() for name in _MARKERS)
 
 
+def escaping_link(run_dir: Path, boundary: Path, entries: Sequence[os.DirEntry[str]] | None = None) -> str | None:
+    """The name of the first entry of *run_dir* that is a symlink resolving outside *boundary*, else None.
+
+    *entries* is the folder's listing when the caller already has it (only symlinks are resolved, so
+    a folder without any costs no more than that listing). A link that cannot be resolved counts as
+    escaping: where it leads is unknown.
+    """
+    if entries is None:
+        try:
+            with os.scandir(run_dir) as listing:
+                entries = list(listing)
+        except OSError:
+            return None
+    for entry in entries:
+        if not entry.is_symlink():
+            continue
+        try:
+            real = Path(entry.path).resolve(strict=True)
+        except (OSError, RuntimeError):
+            return entry.name
+        if real != boundary and boundary not in real.parents:
+            return entry.name
+    return None
+
+
 @dataclass(frozen=True)
 class RunRef:
-    """A run directory the viewer serves: its root, its path relative to that root, its real path."""
+    """A run directory the viewer serves: its root, its path relative to that root, its real path.
+
+    ``boundary`` is what a symlink inside it may point into: the root, or for a run directory given
+    itself as a root, that directory.
+    """
 
     root: Path
     rel: str
     path: Path
+    boundary: Path | None = None
+
+    def escaping_link(self) -> str | None:
+        """The name of an entry of this run directory that is a symlink out of its boundary, else None."""
+        return escaping_link(self.path, self.boundary or self.root)
 
 
 class ViewerRoots:
@@ -93,11 +131,34 @@ class ViewerRoots:
             yield root, real
 
     def run(self, rel: str) -> RunRef:
-        """The run directory *rel*; raises :class:`PathRefused` for anything else."""
+        """The run directory *rel*; raises :class:`PathRefused` for anything else.
+
+        A run directory holding a symlink that points out of its root is refused as well (see
+        :func:`escaping_link`), naming the link.
+        """
         for root, real in self._resolve(rel):
             if real.is_dir() and is_run_dir(real):
-                return RunRef(root, "/".join(self._clean(rel)), real)
+                ref = RunRef(root, "/".join(self._clean(rel)), real, self._boundary(root, real))
+                link = ref.escaping_link()
+                if link is not None:
+                    raise PathRefused(f"{rel!r}: {link} is a symlink pointing out of the viewer roots; not served")
+                return ref
         raise PathRefused(f"{rel!r} is not a run directory under the viewer roots")
+
+    def _boundary(self, root: Path, path: Path) -> Path:
+        """What a link under *path* (found under *root*) may point into: the root, or its one served run directory."""
+        for known, only in self._roots:
+            if known == root and only is not None and path.name == only and path.parent == known:
+                return (known / only).resolve()
+        return root
+
+    def inside(self, path: Path) -> bool:
+        """Whether *path*, with symlinks followed, lies inside one of the roots (False when it does not exist)."""
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return False
+        return any(real == root or root in real.parents for root in self.roots)
 
     def file(self, rel: str, suffix: str = ".json") -> Path:
         """A regular file *rel* (ending in *suffix*) under a root; raises :class:`PathRefused`."""
@@ -169,7 +230,9 @@ class _Listing:
         stamps: dict[str, int] = {}
         for root, only in roots:
             if only is not None:
-                found.setdefault(only, RunRef(root, only, (root / only).resolve()))
+                ref = RunRef(root, only, (root / only).resolve(), (root / only).resolve())
+                if ref.escaping_link() is None:
+                    found.setdefault(only, ref)
                 continue
             # Plain strings, not Paths, while walking: ten thousand run folders are a pathlib hot spot.
             stack: list[tuple[str, str, int]] = [(str(root), "", 0)]
@@ -183,7 +246,8 @@ class _Listing:
                     continue
                 # The marker test of is_run_dir, from the listing already read (is_file follows links).
                 if rel and any(e.name in _MARKERS and e.is_file() for e in entries):
-                    found.setdefault(rel, RunRef(root, rel, Path(here)))
+                    if escaping_link(Path(here), root, entries) is None:  # a link out: not listed (nor served)
+                        found.setdefault(rel, RunRef(root, rel, Path(here), root))
                     continue
                 stamps[here] = stamp
                 if depth >= _MAX_DEPTH:

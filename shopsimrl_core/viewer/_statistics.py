@@ -253,6 +253,12 @@ class ComparisonCache:
                 f"({episodes} episodes) to compare for a page; write one with: shopsimrl compare "
                 f"<runs>/{a.rel} <runs>/{b.rel} --output <runs>/{b.rel}/comparison_vs_{a_checkpoint}.json"
             }
+        from shopsimrl_core.viewer._data import size_note
+
+        # compare_runs reads both manifests whole: one far larger than its episodes warrant is not read.
+        note = next(filter(None, (size_note(p / "manifest.json") for p in (a.path, b.path))), None)
+        if note is not None:
+            return {"error": f"no paired statistics: {note}"}
         key = (a.path, b.path)
         state = tuple(_stamp(p / "traces.jsonl") for p in (a.path, b.path))
         with self._lock:

@@ -56,7 +56,8 @@ _RUNS = """{% extends "base" %}{% import "macros" as m %}
 {% for r in runs %}<tr class="run">
 <td><a href="{{ r.href }}">{{ r.rel }}</a></td><td>{{ r.split }}</td><td>{{ r.checkpoint }}</td>
 <td>{{ '?' if r.completed is none else r.completed }}/{{ '?' if r.requested is none else r.requested }}{% if r.source == 'index' %} <span class="tag" title="no summary.json yet: counted from the run index">in flight</span>{% endif %}</td><td>{{ m.num(r.coverage, 3) }}</td><td>{{ m.num(r.reward_mean) }}</td>
-<td>{{ m.num(r.success_rate) }}</td><td>{{ '?' if r.failed is none else r.failed }}</td><td>{{ 'yes' if r.labels else '' }}</td></tr>
+<td>{{ m.num(r.success_rate) }}</td><td>{{ '?' if r.failed is none else r.failed }}</td><td>{{ 'yes' if r.labels else '' }}
+{% for n in r.too_large %}<span class="tag bad too-large" title="{{ n }}">{{ n }}</span>{% endfor %}{% if r.refused %}<span class="tag bad refused">{{ r.refused }}</span>{% endif %}</td></tr>
 {% endfor %}</table>
 {% if total > 1 %}
 <h2>Compare two runs</h2>
@@ -73,6 +74,7 @@ _RUN = """{% extends "base" %}{% import "macros" as m %}
 {% block body %}
 <h1>Run <code>{{ rel }}</code></h1>
 <p>{{ meta.split }} · checkpoint <b>{{ meta.checkpoint }}</b> · model {{ meta.model }}</p>
+{% for n in too_large %}<p class="bad too-large">{{ n }}</p>{% endfor %}
 {% if summary %}
 <table id="summary"><tr><th>requested</th><th>completed</th><th>failed</th><th>coverage</th><th>reward mean</th><th>reward SEM</th>
 <th>success rate</th><th>steps mean</th><th>protocol error rate</th><th>invalid action rate</th></tr>
@@ -92,7 +94,7 @@ _RUN = """{% extends "base" %}{% import "macros" as m %}
 {% endif %}
 {% if summary.behavior.termination_reasons %}<p>Termination: {% for k, v in summary.behavior.termination_reasons.items() %}<span class="tag">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
 {% if summary.errors %}<p>Errors: {% for k, v in summary.errors.items() %}<span class="tag bad">{{ k }} {{ v }}</span>{% endfor %}</p>{% endif %}
-{% else %}<p class="muted">No summary.json yet.</p>{% endif %}
+{% elif not too_large %}<p class="muted">No summary.json yet.</p>{% endif %}
 {% if metrics %}<table id="episode-metrics"><tr><th>episode metric</th><th>mean</th><th>min</th><th>max</th><th>episodes</th></tr>
 {% for x in metrics %}<tr><td title="{{ x.description }}">{{ x.label }}</td><td>{{ m.num(x.mean) }}</td><td>{{ m.num(x.min) }}</td><td>{{ m.num(x.max) }}</td><td>{{ x.episodes }}</td></tr>{% endfor %}</table>{% endif %}
 {% if label_counts %}<p>Labels: {% for k, v in label_counts %}<a class="tag{{ ' ok' if k == 'success' else ' bad' }}" href="{{ run_href }}/label/{{ k|urlencode }}">{{ k }} {{ v }}</a>{% endfor %}</p>{% endif %}
