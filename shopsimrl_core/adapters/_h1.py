@@ -27,8 +27,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from shopsimrl_core.adapters._h1_connection import Connection, charset
-from shopsimrl_core.adapters._http import (
+from shopsimrl_core.adapters._engine_interface import (
     _DEFAULT,
     KEEPALIVE_EXPIRY,
     MIN_KEEPALIVE_EXPIRY,
@@ -38,6 +37,7 @@ from shopsimrl_core.adapters._http import (
     _Engine,
     parsed_once,
 )
+from shopsimrl_core.adapters._h1_connection import Connection, charset
 from shopsimrl_core.adapters._tls import certificate_problem, tls_context, untrusted_detail
 
 __all__ = ["H1Engine"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import httptools
 
-from shopsimrl_core.adapters._http import Reply, TransportError, parsed_once
+from shopsimrl_core.adapters._engine_interface import Reply, TransportError, parsed_once
 
 __all__ = ["Connection", "charset"]
 

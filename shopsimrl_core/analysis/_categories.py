@@ -16,114 +16,20 @@ Where they live:
 
 from __future__ import annotations
 
-import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from shopsimrl_core.analysis._summary import (
-    _BASE_COLUMNS,
-    _BOOTSTRAP_SAMPLES,
-    _BOOTSTRAP_SEED,
-    _ci_dict,
-    _clustered_reward_ci,
-    _clustered_success_ci,
-    _has_repeats,
-    _planned_episodes,
-    _planned_of,
-    _task_clusters,
-)
+from shopsimrl_core.analysis._category_rows import SMALL_N, category_breakdown
+from shopsimrl_core.analysis._summary import _BASE_COLUMNS, _planned_episodes, _planned_of
 from shopsimrl_core.documents._runs import CategoryRow, EvalSummary
 
 if TYPE_CHECKING:
-    from shopsimrl_core.runs import RunIndex
+    from shopsimrl_core.runs.storage._index import RunIndex
 
 __all__ = ["category_intervals", "category_breakdown", "SMALL_N"]
 
-SMALL_N = 10
-"""Categories with fewer sampling units (tasks, or episodes with one per task) are flagged ``small_n``."""
-_CATEGORY_BOOTSTRAP_MAX_N = 50_000
-"""Runs with more scored episodes than this give their categories normal-approximation reward intervals."""
 _PUBLISHED_KEYS = ("episodes", "reward_mean", "success_rate")
 """The keys of a published category row (before issue 23, and with one repeat still)."""
-
-
-def category_breakdown(done: Any, *, intervals: bool) -> dict[str, Any]:
-    """``breakdowns.category`` of the completed episodes *done* (a polars frame of the summary's columns).
-
-    Rows sorted by category, each ``episodes``, ``reward_mean`` and ``success_rate``; with *intervals*
-    also ``tasks``, ``small_n``, ``success_ci`` and ``reward_ci`` (the design is read from *done*:
-    task-resampled when some task has several episodes). Empty when no episode has a category.
-    """
-    import polars as pl
-
-    with_cat = done.filter(pl.col("category").is_not_null())
-    if with_cat.height == 0:
-        return {}
-    grouped = (
-        with_cat.group_by("category")
-        .agg(
-            pl.len().alias("episodes"),
-            pl.col("reward").mean().alias("reward_mean"),
-            pl.col("r_success").mean().alias("success_rate"),
-        )
-        .sort("category")
-    )
-    clustered = _has_repeats(done)
-    bootstrap = done.get_column("reward").drop_nulls().len() <= _CATEGORY_BOOTSTRAP_MAX_N
-    out: dict[str, Any] = {}
-    for row in grouped.iter_rows(named=True):
-        name = row["category"]
-        entry: dict[str, Any] = {
-            "episodes": int(row["episodes"]),
-            "reward_mean": row["reward_mean"],
-            "success_rate": row["success_rate"],
-        }
-        if intervals:
-            entry.update(_row_intervals(with_cat.filter(pl.col("category") == name), name, clustered, bootstrap))
-        out[name] = entry
-    return out
-
-
-def _row_intervals(rows: Any, name: str, clustered: bool, bootstrap: bool) -> dict[str, Any]:
-    """Additive keys of one category row: sampling units, the ``small_n`` flag and both intervals.
-
-    The intervals follow the run's design: task-resampled with repeats, per episode otherwise; the
-    reward interval is a bootstrap (seeded per category) unless the run is large.
-    """
-    from shopsimrl_core.analysis._design import cluster_variance
-    from shopsimrl_core.analysis._stats import bootstrap_mean_ci, wilson_interval
-
-    metric = f"reward:category:{name}"
-    reward = _task_clusters(rows, "reward")
-    success = rows.get_column("r_success").drop_nulls()
-    units = reward.tasks if clustered else reward.episodes
-    out: dict[str, Any] = {"tasks": reward.tasks, "small_n": units < SMALL_N}
-    if success.len() > 0 and success.is_in([0.0, 1.0]).all():
-        if clustered:
-            out["success_ci"] = _clustered_success_ci(_task_clusters(rows, "r_success"))
-        else:
-            out["success_ci"] = _ci_dict(
-                wilson_interval(int(success.sum()), success.len()), method="wilson", confidence_level=0.95,
-                n=success.len(),
-            )
-    if reward.episodes >= 2:
-        if bootstrap and clustered:
-            out["reward_ci"] = _clustered_reward_ci(reward, metric)
-        elif bootstrap:
-            values = rows.get_column("reward").drop_nulls().to_list()
-            out["reward_ci"] = bootstrap_mean_ci(values, metric=metric, seed=_BOOTSTRAP_SEED,
-                                                 samples=_BOOTSTRAP_SAMPLES)
-        else:
-            variance = cluster_variance(reward) if clustered else (
-                None if reward.episode_variance is None else reward.episode_variance / reward.episodes)
-            mean = reward.mean
-            if variance is not None and mean is not None:
-                half = 1.959963984540054 * math.sqrt(variance)
-                out["reward_ci"] = {
-                    "method": "task_cluster_normal_approximation" if clustered else "normal_approximation",
-                    "confidence_level": 0.95, "low": mean - half, "high": mean + half,
-                }
-    return out
 
 
 def _completed_episodes(run: str | os.PathLike[str] | RunIndex) -> Any:
@@ -134,7 +40,8 @@ def _completed_episodes(run: str | os.PathLike[str] | RunIndex) -> Any:
     """
     import polars as pl
 
-    from shopsimrl_core.runs import RunStore, open_run_index
+    from shopsimrl_core.runs.storage._index import open_run_index
+    from shopsimrl_core.runs.storage._store import RunStore
 
     index = open_run_index(run, persist=False) if isinstance(run, (str, os.PathLike)) else run
     planned = _planned_of(RunStore(index.run_dir), write=False)

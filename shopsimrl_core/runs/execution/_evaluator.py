@@ -516,5 +516,5 @@ def run_evaluation(config: EvalConfig, options: EvaluationOptions | None = None,
         return run_coroutine(_with_signals(arun_evaluation(config, options, **kwargs)))
     from shopsimrl_core.runs.execution._served_run import run_served
 
-    return run_served(config, EvaluationOptions.from_kwargs(options, kwargs))
+    return run_served(config, EvaluationOptions.from_kwargs(options, kwargs), arun_evaluation)
 

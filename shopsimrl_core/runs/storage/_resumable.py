@@ -10,18 +10,42 @@ any content when resume is off.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from shopsimrl_core._errors import ConfigError, FingerprintMismatch, TraceFormatError
 from shopsimrl_core._hashing import fingerprint
 
-if TYPE_CHECKING:
-    from shopsimrl_core.runs.storage._store import RunStore
-
-__all__ = ["check_resumable"]
+__all__ = ["RunFolder", "check_resumable"]
 
 
-def check_resumable(store: RunStore, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
+class RunFolder(Protocol):
+    """What the check reads of a run directory; ``RunStore`` is one.
+
+    A protocol rather than ``RunStore`` itself: ``RunStore.check_resumable`` calls into this module, which
+    therefore does not import the store back (tests/core/test_import_cycles.py).
+    """
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory."""
+
+    @property
+    def manifest_path(self) -> Path:
+        """Its ``manifest.json``."""
+
+    @property
+    def traces_path(self) -> Path:
+        """Its ``traces.jsonl``."""
+
+    def has_content(self) -> bool:
+        """Whether it holds a manifest or at least one trace byte."""
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when there is none."""
+
+
+def check_resumable(store: RunFolder, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
     """Decide, without writing, how a run of *plan* may use the directory of *store*.
 
     Returns ``"new"`` (nothing there yet) or ``"resume"`` (an existing manifest of the same semantic
@@ -82,7 +106,7 @@ def check_resumable(store: RunStore, plan: dict[str, Any], plan_fingerprint: str
 
 
 def _edited(
-    store: RunStore, stored: Any, hashed: str, plan: dict[str, Any], plan_fingerprint: str, differences: Any
+    store: RunFolder, stored: Any, hashed: str, plan: dict[str, Any], plan_fingerprint: str, differences: Any
 ) -> FingerprintMismatch:
     """The refusal of a manifest whose plan does not hash to its ``plan_fingerprint``, naming what it can."""
     if stored == plan_fingerprint:
@@ -101,7 +125,7 @@ def _edited(
     )
 
 
-def _refuse_exported_records(store: RunStore) -> None:
+def _refuse_exported_records(store: RunFolder) -> None:
     # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
     # attempts to redacted ones would mix private and shared records in one file. The run
     # index flags such lines, so only the offending line itself is read (and nothing written).
