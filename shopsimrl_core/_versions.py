@@ -40,6 +40,9 @@ __all__ = [
     "BEST_CHECKPOINT_SCHEMA",
     "SKILLBANK_POINTER_SCHEMA",
     "CHECKPOINT_ENTRY_SCHEMA",
+    "TRAINING_BLOCK_SCHEMA",
+    "TOKEN_SAMPLES_SCHEMA",
+    "GROUP_TRIAGE_SCHEMA",
 ]
 
 TRACE_SCHEMA = "shopsimrl-episode-v4"
@@ -103,3 +106,9 @@ SUITE_PROGRESS_SCHEMA = "shopsimrl-suite-progress-v1"
 BEST_CHECKPOINT_SCHEMA = "shopsimrl-best-checkpoint-v1"
 SKILLBANK_POINTER_SCHEMA = "shopsimrl-skillbank-pointer-v1"
 CHECKPOINT_ENTRY_SCHEMA = "shopsimrl-checkpoint-entry-v1"
+
+# Training with the runtime that evaluates (shopsimrl_core/training, docs/training.md): the trace's additive
+# ``training`` block, the token sidecar's lines and the per-group triage document.
+TRAINING_BLOCK_SCHEMA = "shopsimrl-training-block-v1"
+TOKEN_SAMPLES_SCHEMA = "shopsimrl-token-samples-v1"
+GROUP_TRIAGE_SCHEMA = "shopsimrl-grpo-triage-v1"

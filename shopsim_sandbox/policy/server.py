@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from shopsim_sandbox.faults import FaultConfig, FaultDecision, FaultInjector
+from shopsim_sandbox.policy import tokens
 from shopsim_sandbox.policy.decide import (
     _MAX_MODEL_LEN,
     DEFAULT_LAPSE_RATES,
@@ -70,7 +71,9 @@ class _Completion:
 
 class _PolicyServer:
     def __init__(self, *, seed: int, latency_ms: float, faults: FaultConfig | None, model_name: str,
-                 lapses: bool, lapse_rates: LapseRates, model_root: str) -> None:
+                 lapses: bool, lapse_rates: LapseRates, model_root: str, max_lora_rank: int | None = None) -> None:
+        self.max_lora_rank = max_lora_rank
+        self.adapters: dict[str, tuple[str, LapseRates]] = {}  # LoRA name -> (path, the adapter's lapse rates)
         self.seed = seed
         self.lapses = lapses
         self.lapse_rates = lapse_rates
@@ -92,11 +95,13 @@ class _PolicyServer:
         # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
         # without seeds the lapses depend on the task alone.
         episode_seed = request_seed - transcript.turns if has_seed else None
+        adapter = self.adapters.get(str(body.get("model")))
+        rates = adapter[1] if adapter is not None else self.lapse_rates
         if self.lapses:
             draw = random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|{transcript.persona_text}")
-            lapses = Lapses.draw(draw, hinted_lapses(transcript.skill_hints), self.lapse_rates)
+            lapses = Lapses.draw(draw, hinted_lapses(transcript.skill_hints), rates)
         else:
-            lapses = Lapses(runner_up_rate=self.lapse_rates.runner_up)
+            lapses = Lapses(runner_up_rate=rates.runner_up)
         action = decide_action(transcript, rng, lapses)
         use_tools = tools is not None and body.get("tool_choice") != "none"
         reasoning = action.rationale if _thinking_enabled(body) else None
@@ -143,7 +148,43 @@ class _PolicyServer:
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{
             "id": self.model_name, "object": "model", "created": self.created, "owned_by": "shopsim-sandbox",
-            "root": self.model_root, "parent": None, "max_model_len": _MAX_MODEL_LEN, "permission": []}]})
+            "root": self.model_root, "parent": None, "max_model_len": _MAX_MODEL_LEN, "permission": []}] + [{
+            "id": name, "object": "model", "created": self.created, "owned_by": "shopsim-sandbox",
+            "root": path, "parent": self.model_name, "max_model_len": _MAX_MODEL_LEN, "permission": []}
+            for name, (path, _) in self.adapters.items()]})
+
+    # -- runtime LoRA (vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter, same bodies and errors) --
+
+    async def load_lora_adapter(self, request: Request) -> Response:
+        from shopsim_sandbox.policy.adapter import AdapterError, load_adapter
+
+        try:
+            body = json.loads(await request.body())
+            name, path = body["lora_name"], body["lora_path"]
+            assert isinstance(name, str) and isinstance(path, str) and name and path
+        except (ValueError, KeyError, TypeError, AssertionError):
+            return _error(400, "body must be a JSON object with lora_name and lora_path", "BadRequestError")
+        if name in self.adapters or name == self.model_name:
+            return _error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+        try:
+            rank, rates = load_adapter(path)
+        except AdapterError as exc:
+            return _error(400, str(exc), "BadRequestError")
+        assert self.max_lora_rank is not None
+        if rank > self.max_lora_rank:
+            return _error(400, f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
+                          "BadRequestError")
+        self.adapters[name] = (path, rates)
+        return Response(f"Success: LoRA adapter '{name}' added successfully.", media_type="text/plain")
+
+    async def unload_lora_adapter(self, request: Request) -> Response:
+        try:
+            name = json.loads(await request.body())["lora_name"]
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "body must be a JSON object with lora_name", "BadRequestError")
+        if self.adapters.pop(str(name), None) is None:
+            return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.", media_type="text/plain")
 
     async def chat_completions(self, request: Request) -> Response:
         raw = await request.body()
@@ -153,7 +194,7 @@ class _PolicyServer:
             return _error(400, f"request body is not valid JSON: {exc}", "BadRequestError")
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object", "BadRequestError")
-        if body.get("model") != self.model_name:
+        if body.get("model") != self.model_name and body.get("model") not in self.adapters:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -176,12 +217,26 @@ class _PolicyServer:
                                    "tool_calls": completion.tool_calls}
         if completion.reasoning is not None:
             message["reasoning_content"] = completion.reasoning
-        return JSONResponse({
+        choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
+                                  "finish_reason": completion.finish_reason, "stop_reason": None}
+        answer: dict[str, Any] = {
             "id": response_id, "object": "chat.completion", "created": int(time.time()), "model": self.model_name,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": completion.finish_reason, "stop_reason": None}],
-            "usage": self._usage(completion), "prompt_logprobs": None,
-        })
+            "choices": [choice], "usage": self._usage(completion), "prompt_logprobs": None,
+        }
+        if body.get("return_token_ids") is True or body.get("logprobs") is True:
+            # vLLM's exact-token answer (shopsim_sandbox.policy.tokens): the training path's backend reads it
+            tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+            output_ids = tokens.render_answer(completion.content, completion.reasoning, completion.tool_calls,
+                                              finished=completion.finish_reason != "length")
+            if body.get("return_token_ids") is True:
+                answer["prompt_token_ids"] = tokens.render_prompt(messages, tools)
+                choice["token_ids"] = output_ids
+            if body.get("logprobs") is True:
+                seed = body["seed"] if isinstance(body.get("seed"), int) else 0
+                choice["logprobs"] = {"content": [
+                    {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(output_ids, tokens.token_logprobs(seed, output_ids))]}
+        return JSONResponse(answer)
 
     async def _chunks(self, response_id: str, c: _Completion, include_usage: bool) -> AsyncIterator[bytes]:
         created = int(time.time())
@@ -217,7 +272,8 @@ def _pieces(text: str, size: int) -> list[str]:
 
 def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfig | None = None,
                      model_name: str = SERVED_MODEL, lapses: bool = True,
-                     lapse_rates: LapseRates = DEFAULT_LAPSE_RATES, model_root: str | None = None) -> Starlette:
+                     lapse_rates: LapseRates = DEFAULT_LAPSE_RATES, model_root: str | None = None,
+                     max_lora_rank: int | None = None, runtime_lora: bool = False) -> Starlette:
     """Build the baseline policy's ASGI app: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
     Responses are deterministic for a given ``seed``, request body and fault sequence. ``latency_ms``
@@ -227,13 +283,20 @@ def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfi
     ``LAPSE_*`` constants. ``lapses=False`` switches the seeded per-episode imperfection off (the
     policy's best play; for tests); the runner-up slip keeps ``lapse_rates.runner_up``.
     ``model_root`` is what ``GET /v1/models`` reports as ``root`` (vLLM: the weights path; default
-    ``model_name``).
+    ``model_name``). With ``max_lora_rank`` (vLLM's ``--enable-lora``) and ``runtime_lora`` (vLLM's
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) the app has vLLM's runtime LoRA endpoints: an adapter folder
+    (``shopsim_sandbox.policy.adapter``) is served under its ``lora_name`` with its own lapse rates.
     """
     server = _PolicyServer(seed=seed, latency_ms=latency_ms, faults=faults, model_name=model_name, lapses=lapses,
-                           lapse_rates=lapse_rates, model_root=model_root if model_root is not None else model_name)
-    app = Starlette(routes=[
+                           lapse_rates=lapse_rates, model_root=model_root if model_root is not None else model_name,
+                           max_lora_rank=max_lora_rank)
+    routes = [
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
-    ])
+    ]
+    if max_lora_rank is not None and runtime_lora:
+        routes += [Route("/v1/load_lora_adapter", server.load_lora_adapter, methods=["POST"]),
+                   Route("/v1/unload_lora_adapter", server.unload_lora_adapter, methods=["POST"])]
+    app = Starlette(routes=routes)
     app.state.policy = server
     return app

@@ -41,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "OnlineGateManifest": "_skills",
     "SkillBank": "_skills",
     "SkillCandidates": "_skills",
+    "GroupTriage": "_training",
+    "TokenSampleLine": "_training",
+    "TrainingBlock": "_training",
     "DOCUMENTS": "_registry",
     "document_for": "_registry",
 }
@@ -74,6 +77,9 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.documents._skills import OnlineGateManifest as OnlineGateManifest
     from shopsimrl_core.documents._skills import SkillBank as SkillBank
     from shopsimrl_core.documents._skills import SkillCandidates as SkillCandidates
+    from shopsimrl_core.documents._training import GroupTriage as GroupTriage
+    from shopsimrl_core.documents._training import TokenSampleLine as TokenSampleLine
+    from shopsimrl_core.documents._training import TrainingBlock as TrainingBlock
 
 _getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
 if not TYPE_CHECKING:  # hidden from type checkers: a name missing above is an error, not Any

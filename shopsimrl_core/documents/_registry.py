@@ -26,6 +26,7 @@ from shopsimrl_core.documents._skills import (
     SkillBank,
     SkillCandidates,
 )
+from shopsimrl_core.documents._training import GroupTriage, TokenSampleLine
 
 __all__ = ["DOCUMENTS", "document_for"]
 
@@ -35,7 +36,7 @@ DOCUMENTS: dict[str, type[Document]] = {
         TraceRecord, RunManifest, EvalSummary, CheckpointComparison, SkillBank, SkillCandidates, InitialDraft,
         CandidatePool, MaskAssignments, OnlineAssignments, ChunkContributions, OnlineContributions, GateAManifest,
         OnlineGateManifest, InvocationRecord, TestAccessEntry, SuiteJobPlan, SuiteProgress, BestCheckpoint,
-        SkillBankPointer, CheckpointEntry,
+        SkillBankPointer, CheckpointEntry, TokenSampleLine, GroupTriage,
     )
 }
 """``schema_version`` → the model of that document."""

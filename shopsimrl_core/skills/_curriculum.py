@@ -29,7 +29,14 @@ from shopsimrl_core._clock import utc_now
 from shopsimrl_core._errors import SkillError
 from shopsimrl_core._hashing import fingerprint, write_json_atomic
 
-__all__ = ["CURRICULUM_SCHEMA", "build_curriculum", "curriculum_core", "assign_group", "write_curriculum"]
+__all__ = [
+    "CURRICULUM_SCHEMA",
+    "CurriculumSkills",
+    "build_curriculum",
+    "curriculum_core",
+    "assign_group",
+    "write_curriculum",
+]
 
 CURRICULUM_SCHEMA = "shopsimrl-skill-curriculum-v1"
 _MAPPING = "clipped_linear_positive_contribution"
@@ -155,3 +162,39 @@ def assign_group(state: dict[str, Any], group_key: str) -> dict[str, Any]:
 def write_curriculum(state: dict[str, Any], path: str | Path) -> Path:
     """Write the state as a pretty JSON document, atomically."""
     return write_json_atomic(path, state)
+
+
+class CurriculumSkills:
+    """The skill provider of one rollout group: the curriculum chunks its assignment includes, in curriculum order.
+
+    Every episode of the group gets the same records (the group never mixes skill masks); the identity names the
+    state and the included chunks, so a trace says which skills its prompt carried.
+    """
+
+    def __init__(self, state: dict[str, Any] | None, included_chunk_ids: list[str], *, mode: str = "assisted") -> None:
+        chunks = (state or {}).get("chunks", [])
+        known = {c["skill_id"] for c in chunks}
+        unknown = [c for c in included_chunk_ids if c not in known]
+        if unknown:
+            raise SkillError(f"curriculum: chunk(s) {', '.join(unknown)} are not in state "
+                             f"{(state or {}).get('state_id')!r}", code="curriculum-invalid")
+        wanted = set(included_chunk_ids)
+        self._records = [_chunk_record(c) for c in chunks if c["skill_id"] in wanted]
+        self._identity = {"provider": "skill_curriculum", "state_id": (state or {}).get("state_id"), "mode": mode,
+                          "included_chunk_ids": [r["skill_id"] for r in self._records]}
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """``{provider: skill_curriculum, state_id, mode, included_chunk_ids}``."""
+        return dict(self._identity)
+
+    def select(self, context: dict[str, Any]) -> list[dict[str, Any]]:
+        """The group's chunk records (§11.1 form), the same for every episode of the group."""
+        return [dict(r, metadata=dict(r["metadata"])) for r in self._records]
+
+
+def _chunk_record(chunk: dict[str, Any]) -> dict[str, Any]:
+    metadata = dict(chunk.get("metadata") or {})
+    metadata["selection_scope"] = "global"
+    return {"skill_id": chunk["skill_id"], "content": chunk["content"], "version": str(chunk.get("version", "1")),
+            "metadata": metadata, "content_sha256": fingerprint(chunk["content"])}
