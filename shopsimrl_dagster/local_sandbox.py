@@ -33,7 +33,7 @@ from shopsimrl_core.serving import stop_group
 
 from .settings import PipelineSettings, load_pipeline_settings, read_settings_mapping
 
-__all__ = ["LOCAL_SETTINGS_NAME", "SandboxError", "LocalSandbox", "sandbox_identity", "main"]
+__all__ = ["LOCAL_SETTINGS_NAME", "SandboxError", "LocalSandbox", "sandbox_identity", "analyst_identity", "main"]
 
 LOCAL_SETTINGS_NAME = "pipeline.local.yaml"
 
@@ -55,6 +55,11 @@ def _expected_catalog_sha256(split_file: Path) -> str | None:
 def sandbox_identity(catalog_sha256: str) -> str:
     """The environment identity of a sandbox serving the catalog with this hash (stable across ports)."""
     return f"shopsim-sandbox:{catalog_sha256[:16]}"
+
+
+def analyst_identity(catalog_sha256: str) -> str:
+    """The analyst identity of a sandbox serving the catalog with this hash (stable across ports)."""
+    return f"shopsim-sandbox-analyst:{catalog_sha256[:16]}"
 
 
 class LocalSandbox:
@@ -127,7 +132,8 @@ class LocalSandbox:
         raw.setdefault("inference", {})["base_url"] = self.policy_url
         raw["inference"].pop("served_model", None)
         raw["inference"]["name"] = "shopsim-baseline-policy"
-        raw.setdefault("analyst", {})["base_url"] = self.analyst_url
+        # The analyst's answers are cached by its identity: the port it got this time is not part of it.
+        raw.setdefault("analyst", {}).update(base_url=self.analyst_url, identity=analyst_identity(str(expected)))
         if self.viewer_url is not None:
             raw.setdefault("viewer", {})["base_url"] = self.viewer_url
         if self.own_runs_root:

@@ -258,7 +258,12 @@ class AnalystSettings(_EndpointSection):
     """The ``analyst`` section: the Trace2Skill analyst model's endpoint (the core's ``model`` keys)."""
 
     _SECTION: ClassVar[str] = "analyst"
+    _OWN_KEYS: ClassVar[tuple[str, ...]] = ("health_timeout_s", "identity")
     _DEFAULTS: ClassVar[dict[str, Any]] = {"name": "shopsim-analyst", "base_url": "http://127.0.0.1:5900/v1"}
+
+    identity: str | None = Field(default=None, min_length=1)
+    """A stable name for the analyst in its cache keys, in place of ``base_url`` (as ``environment.identity``):
+    for an analyst whose URL changes between runs while the model does not. Null keeps ``base_url``."""
 
 
 class ComparisonSettings(_Strict):

@@ -102,9 +102,11 @@ class AnalystEndpoint(dg.ConfigurableResource):
         """A fresh ``AnalystModel`` for one materialization."""
         from shopsimrl_core import AnalystModel
 
-        core_model = self.settings().core()
+        settings = self.settings()
+        core_model = settings.core()
         return AnalystModel(base_url=core_model.base_url, model=core_model.name, auth=core_model.auth(),
-                            timeout=core_model.timeout, max_retries=core_model.max_retries)
+                            timeout=core_model.timeout, max_retries=core_model.max_retries,
+                            identity_name=settings.identity)
 
 
 class Trace2SkillAssetConfig(dg.Config):

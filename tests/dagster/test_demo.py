@@ -134,6 +134,7 @@ def test_local_sandbox_points_the_settings_at_its_free_ports_and_refuses_another
         settings = load_pipeline_settings(box.settings_path)
         assert settings.environment.base_url == box.env_url != "http://127.0.0.1:9"
         assert (settings.environment.identity or "").startswith("shopsim-sandbox:")
+        assert (settings.analyst.identity or "").startswith("shopsim-sandbox-analyst:")  # no port in its cache keys
         assert settings.inference.base_url == box.policy_url and settings.analyst.base_url == box.analyst_url
         assert settings.runs_root == (tmp_path / "home" / "runs").resolve()
         # The written settings keep everything else of the source (suites, launch settings).

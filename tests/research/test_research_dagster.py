@@ -159,3 +159,45 @@ def test_analyst_endpoint_health_check(analyst):
     assert "shopsim-analyst" in AnalystEndpoint.of(api_key_env=None, base_url=analyst.url).health_check()
     with pytest.raises(EndpointUnavailable, match="does not serve model 'other'"):
         AnalystEndpoint.of(api_key_env=None, base_url=analyst.url, name="other").health_check()
+
+
+def test_a_rerun_of_the_analyst_path_on_another_port_makes_no_calls(sandbox, train_run, tmp_path):
+    """Issue 33 item 6: the analyst's cache identity is its ``identity``, not its URL (a new port each demo)."""
+    from testkit.researchkit import AnalystServer
+
+    from shopsimrl_dagster.settings import EnvironmentSettings
+
+    settings = _settings()
+    root = tmp_path / "runs"
+    shutil.copytree(train_run, root / settings.skills.train_suite / "ckpt-r")
+    settings_env = settings.model_copy(update={"environment": EnvironmentSettings(base_url=sandbox.env_url)})
+    assets = {a.key: a for a in build_research_assets(settings_env)}
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("checkpoints", ["ckpt-r"])
+    ledger = root / settings.skills.train_suite / "ckpt-r" / "trace2skill" / "trajectory_analyses.jsonl"
+
+    def materialize(workdir, identity: str | None = "shopsim-sandbox-analyst:test") -> tuple[int, int, int]:
+        workdir.mkdir()
+        server = AnalystServer(workdir, seed=7, malformed_rate=0.3)  # the same deterministic analyst, a new port
+        try:
+            endpoint = AnalystEndpoint.of(api_key_env=None, base_url=server.url, max_retries=1,
+                                          identity=identity)
+            result = dg.materialize([assets[RESEARCH_ASSET_KEYS[0]]], partition_key="ckpt-r", instance=instance,
+                                    resources={"run_storage": RunStorage(root=str(root)), "analyst": endpoint},
+                                    run_config={"ops": {"trace2skill_draft": {"config": {"batch_size": 4}}}})
+            assert result.success
+            [event] = result.get_asset_materialization_events()
+            calls = event.materialization.metadata["model_calls_this_run"].value
+            return calls, server.stats()["requests"], len(ledger.read_text(encoding="utf-8").splitlines())
+        finally:
+            server.stop()
+
+    first_calls, _, first_rows = materialize(tmp_path / "first")
+    assert first_calls > 0 and first_rows > 0
+    second_calls, second_requests, second_rows = materialize(tmp_path / "second")
+    assert second_calls == 0, f"the rerun made {second_calls} analyst calls"
+    assert second_rows == first_rows  # no new analysis rows
+    assert second_requests == 0  # the second server answered no completion
+    # Without an identity the URL stays in it (the published rule): a new port is a new analyst.
+    third_calls, _, _ = materialize(tmp_path / "third", identity=None)
+    assert third_calls > 0

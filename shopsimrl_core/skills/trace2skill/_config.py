@@ -57,6 +57,7 @@ class _Compilation(_Section):
 class _Model(_Section):
     name: str = Field(min_length=1)
     base_url: str = Field(min_length=1)
+    identity: str | None = Field(default=None, min_length=1)  # stands for base_url in cache keys
     api_key_env: str | None = Field(default="OPENAI_API_KEY", min_length=1)
     temperature: float = Field(default=0.0, ge=0, le=2)
     max_tokens: int = Field(default=4096, ge=1)
@@ -101,7 +102,7 @@ def _model(block: _Model) -> AnalystModel:
     return AnalystModel(base_url=block.base_url, model=block.name, auth=block.auth(),
                         timeout=block.timeout, max_tokens=block.max_tokens, temperature=block.temperature,
                         tool_choice=block.tool_choice, max_retries=block.max_retries,
-                        retry_backoff_seconds=block.retry_backoff_seconds)
+                        retry_backoff_seconds=block.retry_backoff_seconds, identity_name=block.identity)
 
 
 def trace2skill_config_from_mapping(data: Any, *, base_dir: Path, label: str = "<trace2skill>") -> Trace2SkillConfig:

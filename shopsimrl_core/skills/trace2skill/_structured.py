@@ -82,13 +82,22 @@ class AnalystModel:
     max_retries: int = 3
     retry_backoff_seconds: float = 1.0
     transport: Any = None
+    identity_name: str | None = None
+    """A stable name for this analyst in :attr:`identity` (and so in every cache key), in place of
+    ``base_url``: for an endpoint whose URL changes between runs while the model it serves does not
+    (the demo's sandbox analyst on a free port). None keeps ``base_url`` in the identity."""
     calls: int = field(default=0, init=False)
     _client: Any = field(default=None, init=False, repr=False)
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What a reader needs to know which model produced an output (no secrets)."""
-        return {"provider": "openai_compatible_http", "base_url": self.base_url.rstrip("/"), "model": self.model,
+        """What a reader needs to know which model produced an output (no secrets).
+
+        The analysis caches key on it: with ``identity_name`` set, the endpoint's URL is not part of it,
+        so a rerun against the same model on another port reuses every answer.
+        """
+        where = {"identity": self.identity_name} if self.identity_name else {"base_url": self.base_url.rstrip("/")}
+        return {"provider": "openai_compatible_http", **where, "model": self.model,
                 "sampling": {"temperature": self.temperature, "max_tokens": self.max_tokens,
                              "tool_choice": self.tool_choice}}
 
