@@ -52,6 +52,10 @@ __all__ = [
 ]
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: the longest checkpoint id: it names files and folders (``<id>.json``, ``<suite>/<id>/``,
+#: ``comparison_vs_<id>.json``), and a file name holds at most 255 bytes (issue 33: 300 characters were
+#: registered and failed later as "File name too long")
+MAX_ID_LENGTH = 128
 _KEYS = (
     "schema_version",
     "checkpoint_id",
@@ -132,6 +136,13 @@ def _parse(path: Path, data: Any) -> Checkpoint:
             path,
             "checkpoint_id",
             f"must be a non-empty string of letters, digits, '.', '_', '-' (got {checkpoint_id!r})",
+        )
+    if len(checkpoint_id) > MAX_ID_LENGTH:
+        raise _bad(
+            path,
+            "checkpoint_id",
+            f"is {len(checkpoint_id)} characters long, more than {MAX_ID_LENGTH} (it names files and run folders); "
+            f"use a shorter id (got {checkpoint_id[:40]!r}…)",
         )
     step = data.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
@@ -217,7 +228,8 @@ def read_entry(path: Path) -> Checkpoint:
         ConfigError: ``checkpoint-registry-invalid`` — unreadable, not JSON, or breaking a rule (one line).
     """
     try:
-        text = path.read_bytes().decode("utf-8")
+        # a byte-order mark (Windows editors write one) is no content, as for split files and .env files
+        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise _bad(path, "(file)", f"not UTF-8 text (byte {exc.start}); rewrite the entry as UTF-8 JSON") from None
     except OSError as exc:
@@ -244,7 +256,8 @@ def register_checkpoint(folder: str | Path, checkpoint: Checkpoint) -> Path:
     """
     root = Path(folder)
     target = root / f"{checkpoint.checkpoint_id}.json"
-    entry = _parse(target, checkpoint.to_dict())
+    # an id too long for a file name is named by the folder, not by a path that cannot exist
+    entry = _parse(target if len(checkpoint.checkpoint_id) <= MAX_ID_LENGTH else root, checkpoint.to_dict())
     if entry.registered_at is None:
         entry = Checkpoint(**{**entry.to_dict(), "registered_at": datetime.now(UTC).isoformat()})
     for existing in read_registry(root, problems=[]):
@@ -322,10 +335,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"warning: {line}", file=sys.stderr)
             return 1 if problems else 0
     except ConfigError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
+        # the shape of the `shopsimrl` CLI's line, so the bad-input catalogue holds both (docs/errors.md)
+        print(f"shopsimrl-registry: error[{exc.code}]: {exc.one_line()}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"error: {exc.filename}: {exc.strerror}; check the --registry folder", file=sys.stderr)
+        print(
+            f"shopsimrl-registry: error[os-error]: {exc.filename}: {exc.strerror}; check the --registry folder",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -54,6 +54,8 @@ class Case:
     exit: int
     code: str
     needs_servers: bool = False
+    program: str = "shopsimrl"
+    """Whose argv *build* returns: ``shopsimrl``, or ``shopsimrl-registry`` (``-m shopsimrl_dagster.registry``)."""
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -1223,7 +1225,7 @@ CASES: list[Case] = [
         "`experiment.dotenv` names a directory",
         with_file("envdir", None, experiment__dotenv="envdir"),
         2,
-        "dotenv-missing",
+        "config-invalid",
     ),
     Case(
         "dotenv-digit-name", "a `.env` name starting with a digit (`1X=1`)", dotenv_case("1X=1\n"), 2, "dotenv-invalid"
@@ -1497,6 +1499,46 @@ CASES: list[Case] = [
         )[1],
         2,
         "test-split-not-opted-in",
+    ),
+    Case(
+        "split-test-task-in-val",
+        "a test task added to val, val's `task_ids_sha256` dropped",
+        split_case(lambda d: _val(d).update(task_ids=[1, 2, 3, 5])),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-test-task-in-val-no-checks",
+        "`plan` of a test task added to val of a file without `checks`",
+        lambda f, s: ["plan", *split_case(lambda d: _val(d).update(task_ids=[4, 1]))(f, s)[1:]],
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "split-checks-not-disjoint",
+        "val and another split share a task under `checks.pairwise_task_disjoint: true`",
+        split_case(
+            lambda d: d.update(
+                checks={"pairwise_task_disjoint": True}, splits={**d["splits"], "more": {"task_ids": [3]}}
+            ),
+        ),
+        2,
+        "split-invalid",
+    ),
+    Case(
+        "registry-id-too-long",
+        "`registry add --id` of 300 characters",
+        lambda f, s: ["add", "--id", "a" * 300, "--step", "1", "--registry", str(f / "registry")],
+        2,
+        "checkpoint-registry-invalid",
+        program="shopsimrl-registry",
+    ),
+    Case(
+        "serve-state-dir-file",
+        "`serve.state_dir` names a file",
+        with_file("notes.txt", b"x\n", serve={"server": "vllm", "weights": "w", "state_dir": "notes.txt"}),
+        2,
+        "config-invalid",
     ),
     # --- run directories
     Case("resume-disabled", "`--no-resume` on a directory that holds a run", resume_refused, 2, "resume-disabled"),
@@ -2226,7 +2268,10 @@ class Outcome:
 
 def run_case(case: Case, folder: Path, servers: Servers | None) -> Outcome:
     """Build the case in *folder*, run `shopsimrl` in-process there, and report what happened."""
-    from shopsimrl_core.cli._main import main
+    from shopsimrl_core.cli._main import main as shopsimrl_main
+    from shopsimrl_dagster.registry import main as registry_main
+
+    main = registry_main if case.program == "shopsimrl-registry" else shopsimrl_main
 
     folder.mkdir(parents=True, exist_ok=True)
     cwd = os.getcwd()

@@ -29,7 +29,7 @@ def test_bad_input_gets_one_line_and_writes_nothing(case: Case, tmp_path: Path, 
     outcome = run_case(case, folder, srv)
     lines = outcome.stderr.strip().splitlines()
     assert len(lines) == 1, outcome.stderr
-    assert lines[0].startswith(f"shopsimrl: error[{case.code}]: "), lines[0]
+    assert lines[0].startswith(f"{case.program}: error[{case.code}]: "), lines[0]
     assert outcome.exit == case.exit, lines[0]
     assert outcome.changed == [], f"written: {outcome.changed}"
     rows = documented_rows()

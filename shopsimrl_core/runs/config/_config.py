@@ -231,14 +231,14 @@ def _get(data: dict[str, Any], section: str, key: str) -> Any:
 
 
 def _resolve_weights(base_dir: Path, value: str | None) -> str | None:
-    # Weights may be a local path or a hub id / URI ("Qwen/Qwen3-4B", "s3://…"): a relative value is a
-    # path only when it names something that exists next to the YAML.
-    if value is None or "://" in value:
+    # Weights are a local path, a hub id marked "hub:" ("hub:Qwen/Qwen3-4B") or a URI ("s3://…"): a
+    # relative path resolves against the YAML's folder (whether it exists is checked by the plan).
+    if value is None or "://" in value or value.startswith("hub:") or value.startswith("-"):
         return value
     path = Path(value).expanduser()
     if path.is_absolute():
         return str(path)
-    return str((base_dir / path).resolve()) if (base_dir / path).exists() else value
+    return str((base_dir / path).resolve())
 
 
 def _resolve(base_dir: Path, value: str | None) -> str | None:
@@ -324,13 +324,21 @@ def config_from_mapping(
         config.serve.state_dir = _resolve(base_dir, config.serve.state_dir)
     config._source = source
 
-    if exp.dotenv is not None and not Path(exp.dotenv).is_file():
-        found = "is a directory, not a file" if Path(exp.dotenv).is_dir() else "file not found"
+    if exp.dotenv is not None and Path(exp.dotenv).is_dir():
+        # a folder is there, so "missing" would send the user looking for a file that is not the problem
         raise ConfigError(
-            f"{label}: experiment.dotenv: {found} (got {json.dumps(exp.dotenv, ensure_ascii=False)}); create "
+            f"{label}: experiment.dotenv: is a directory, not a file (got "
+            f"{json.dumps(exp.dotenv, ensure_ascii=False)}); name the .env file inside it, or set "
+            "experiment.dotenv: null",
+            code="config-invalid",
+        )
+    if exp.dotenv is not None and not Path(exp.dotenv).is_file():
+        raise ConfigError(
+            f"{label}: experiment.dotenv: file not found (got {json.dumps(exp.dotenv, ensure_ascii=False)}); create "
             "it or set experiment.dotenv: null",
             code="dotenv-missing",
         )
+    _check_state_dir(label, config)
     for key, path in (
         ("prompt.system_prompt_file", config.prompt.system_prompt_file),
         ("prompt.prompt_texts_file", config.prompt.prompt_texts_file),
@@ -350,6 +358,27 @@ def config_from_mapping(
     if problems:
         raise ConfigError("\n".join(problems), code="config-invalid", problems=problems)
     return config
+
+
+def _check_state_dir(label: str, config: EvalConfig) -> None:
+    """Refuse a ``serve.state_dir`` that is, or lies under, something other than a folder.
+
+    The folder is created when a server starts; a file in its place used to surface there as
+    ``os-error … File exists`` (issue 33), after the plan was made.
+    """
+    state_dir = None if config.serve is None else config.serve.state_dir
+    if state_dir is None:
+        return
+    for candidate in (Path(state_dir), *Path(state_dir).parents):
+        if candidate.exists():
+            if candidate.is_dir():
+                return
+            where = "is a file" if candidate == Path(state_dir) else f"lies under a file ({candidate})"
+            raise ConfigError(
+                f"{label}: serve.state_dir: {where}, not a folder (got {json.dumps(state_dir, ensure_ascii=False)}); "
+                "name a folder for the GPU locks and server records, or leave serve.state_dir unset",
+                code="config-invalid",
+            )
 
 
 _UniqueKeyLoader = UniqueKeyLoader  # the name other loaders import

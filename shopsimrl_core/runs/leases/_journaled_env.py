@@ -113,11 +113,14 @@ class JournaledEnvironment:
         body: dict[str, Any] = await self.client.health()
         return body
 
-    async def release(self, env_idx: int, lease_id: str, *, budget_seconds: float | None = None) -> bool:
+    async def release(
+        self, env_idx: int, lease_id: str, *, budget_seconds: float | None = None, journal: LeaseJournal | None = None
+    ) -> bool:
         """``release_one`` with exponential backoff (0.1 s doubling to 2 s) for *budget_seconds*.
 
-        Returns True once the server no longer holds the lease (a 409 counts) and the journal says
-        so; False when every try failed (the lease stays outstanding for the next start).
+        Returns True once the server no longer holds the lease (a 409 counts) and the journal (the run's,
+        or *journal*: a dead run's, see ``_orphans.py``) says so; False when every try failed (the lease
+        stays outstanding for the next start).
         """
         budget = self.release_retry_seconds if budget_seconds is None else budget_seconds
         deadline = time.monotonic() + budget
@@ -135,7 +138,7 @@ class JournaledEnvironment:
                     return False
                 await asyncio.sleep(delay)
                 continue
-            self.journal.released(env_idx, lease_id, self.base_url)
+            (journal or self.journal).released(env_idx, lease_id, self.base_url)
             self.leases_released += 1
             return True
 
@@ -173,8 +176,33 @@ class JournaledEnvironment:
             logging.getLogger("shopsimrl_core.environment").removeFilter(quiet)
         if entries:
             self.journal.compact(keep_unanswered=lambda entry: True)
+        await self._release_orphans()
         await self.reconcile()
         return released, kept
+
+    async def release_into(self, journal: LeaseJournal, entries: list[dict[str, Any]]) -> tuple[int, int]:
+        """Release *entries* (outstanding leases of *journal*, another run's) on this server: ``(released, kept)``."""
+        quiet = _DropIgnoredRelease()  # a 409 is the normal case of a release that landed just before a kill
+        logging.getLogger("shopsimrl_core.environment").addFilter(quiet)
+        try:
+            return await self._release_entries(entries, journal)
+        finally:
+            logging.getLogger("shopsimrl_core.environment").removeFilter(quiet)
+
+    async def _release_orphans(self) -> None:
+        """Before this run can wait for a slot: free what killed runs beside it left leased here, and say so."""
+        from shopsimrl_core.runs.leases._orphans import release_orphaned_leases
+
+        try:
+            found = await release_orphaned_leases(self, self.journal.invocation_id)
+        except OSError:
+            return  # an unreadable neighbour costs only its slots, as before
+        for orphan in found:
+            self.notice(
+                f"released {orphan.released} lease(s) on {self.base_url} that a killed run left in "
+                f"{orphan.run_dir / JOURNAL_NAME} (its run.lock is free)"
+                + (f"; {orphan.kept} could not be released and stay there" if orphan.kept else "")
+            )
 
     async def reconcile(self) -> None:
         """Compare ``/healthz`` with the run's needs; size the reset budget; free the server when exclusive.
@@ -227,7 +255,9 @@ class JournaledEnvironment:
             self.last_lost = f"{lost} reset(s) of a killed invocation that went unanswered"
         self.budget.set_capacity(max(free, 0) + lost, lost=lost)
 
-    async def _release_entries(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
+    async def _release_entries(
+        self, entries: list[dict[str, Any]], journal: LeaseJournal | None = None
+    ) -> tuple[int, int]:
         released = kept = 0
         for entry in entries:
             if str(entry.get("base_url", "")).rstrip("/") != self.base_url.rstrip("/") or not isinstance(
@@ -235,7 +265,7 @@ class JournaledEnvironment:
             ):
                 kept += 1
                 continue
-            if await self.release(entry["env_idx"], entry["lease_id"]):
+            if await self.release(entry["env_idx"], entry["lease_id"], journal=journal):
                 released += 1
             else:
                 kept += 1

@@ -1,0 +1,105 @@
+"""Leases orphaned by a killed run of another checkpoint, released by the next run on the same environment.
+
+ShopSimulator never expires a lease, and a run's own start only heals its own journal. Before this, a
+SIGKILLed run's slots stayed taken until that same run was resumed: every other checkpoint's run on the
+environment waited ("0 of 16 slots free … another client holds them"; issue 33). Like orphaned inference
+servers (``serving/_processes.py``), a start now looks at the run directories beside its own (the same
+``experiment.output_dir``; in the pipeline, every checkpoint of the suite): a journal naming leases on this
+environment whose run's ``run.lock`` is free belongs to a dead run. While holding that lock (so the owner
+cannot start meanwhile) the start releases those leases, journals each release in the owner's journal and
+compacts it — exactly what the owner's own next start would have done.
+
+A lock held by a live process is never touched, a folder without a ``run.lock`` is no run directory, and
+nothing of another run directory is changed but its ``leases.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
+
+if TYPE_CHECKING:
+    from shopsimrl_core.runs.leases._journaled_env import JournaledEnvironment
+
+__all__ = ["OrphanedLeases", "release_orphaned_leases"]
+
+_LOCK_NAME = "run.lock"  # runs/storage/_store.py: the run directory's exclusive flock
+
+
+@dataclass(frozen=True)
+class OrphanedLeases:
+    """What one start did about one dead run's journal."""
+
+    run_dir: Path
+    released: int
+    kept: int
+
+
+@contextlib.contextmanager
+def _free_lock(run_dir: Path) -> Iterator[bool]:
+    """Hold *run_dir*'s run lock for the block when nobody holds it (yields False when a live run does)."""
+    try:
+        # never created here: a folder without one is no run directory (a run takes its lock before
+        # its first lease), and its journal is not ours to judge
+        fd = os.open(run_dir / _LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        yield False  # missing, symlinked or unreadable
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by a live run (BlockingIOError), or no flock on this file system
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _holds_leases_on(journal: LeaseJournal, base_url: str) -> bool:
+    mine = base_url.rstrip("/")
+    return any(str(e.get("base_url", "")).rstrip("/") == mine for e in journal.outstanding())
+
+
+async def release_orphaned_leases(env: JournaledEnvironment, invocation_id: str) -> list[OrphanedLeases]:
+    """Release the leases on *env*'s server that dead runs beside this one journaled; one entry per such run.
+
+    Promise: only journals whose run lock is free are touched, under that lock; a lease whose release
+    fails stays in its journal (its owner's next start, or the next run here, tries again).
+    """
+    own = env.journal.path.parent.resolve()
+    try:
+        siblings = sorted(p for p in own.parent.iterdir() if p.name != own.name)
+    except OSError:
+        return []
+    done: list[OrphanedLeases] = []
+    for run_dir in siblings:
+        if run_dir.is_symlink() or not (run_dir / JOURNAL_NAME).is_file():
+            continue
+        journal = LeaseJournal(run_dir, invocation_id)
+        if not _holds_leases_on(journal, env.base_url):  # cheap: most neighbours hold nothing
+            continue
+        with _free_lock(run_dir) as free:
+            if not free:
+                continue
+            # read again under the lock: the owner may have released them before it ended
+            entries = journal.outstanding()
+            if not _holds_leases_on(journal, env.base_url):
+                continue
+            # the dead run's own journal records each release, as its own start would
+            mine = [e for e in entries if str(e.get("base_url", "")).rstrip("/") == env.base_url.rstrip("/")]
+            released, _ = await env.release_into(journal, mine)
+            journal.compact(keep_unanswered=lambda entry: True)
+            journal.close()
+        done.append(OrphanedLeases(run_dir, released, len(mine) - released))
+    return done
