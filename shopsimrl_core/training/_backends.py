@@ -42,7 +42,16 @@ def _finite_float(value: Any) -> float:
 
 
 class VLLMChatBackend:
-    """Exact tokens from an OpenAI-compatible chat endpoint that returns token ids and logprobs (vLLM)."""
+    """Exact tokens from an OpenAI-compatible chat endpoint that returns token ids and logprobs (vLLM).
+
+    *base_url* is the OpenAI base URL, as in the ``model`` config section (``http://host:8000/v1``).
+    """
+
+    @classmethod
+    def from_model_config(cls, model: Any) -> VLLMChatBackend:
+        """The backend of an evaluation config's ``model`` section: same URL, name, auth, tool choice and extra body."""
+        return cls(model.base_url, model.name, auth=model.auth(), timeout=model.timeout, tool_choice=model.tool_choice,
+                   extra_body=dict(model.extra_body))
 
     def __init__(self, base_url: str, model: str, *, auth: EndpointAuth | None = None, timeout: float = 300.0,
                  tool_choice: str = "auto", extra_body: dict[str, Any] | None = None) -> None:
@@ -80,7 +89,7 @@ class VLLMChatBackend:
             httpx.HTTPError: transport trouble or a non-2xx status.
         """
         headers = self.auth.headers() if self.auth is not None else {}
-        reply = await self._http.post(f"{self.base_url}/v1/chat/completions",
+        reply = await self._http.post(f"{self.base_url}/chat/completions",
                                       json=self.request_body(messages, tools, seed=seed, sampling=sampling),
                                       headers=headers)
         reply.raise_for_status()

@@ -1,0 +1,177 @@
+"""Training episodes over real HTTP against the sandbox: the runtime that evaluates, with exact tokens.
+
+The policy server answers like vLLM with ``return_token_ids`` and ``logprobs`` (shopsim_sandbox.policy.tokens),
+so the whole training path — token backend, recording model, samples, groups, triage — runs without a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shopsim_sandbox.policy import tokens as sandbox_tokens
+from shopsimrl_core import load_config, run_evaluation
+from shopsimrl_core._errors import ConfigError
+from shopsimrl_core.documents import GroupTriage, TokenSampleLine
+from shopsimrl_core.training import SamplingSpec, TrainingSession, VLLMChatBackend, parse_assistant_text
+from testkit.trainingkit import lapse_curriculum, policy_server, training_config, write_split_subset
+
+pytestmark = pytest.mark.slow
+
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+# Skill texts that address each lapse of the sandbox policy (its hint cues), and one that addresses none.
+CUE_CHUNKS = {"budget": "注意预算：价格不要超出预算。", "options": "每个规格都选与要求最接近的值，不要保留默认值。",
+              "compare": "比较两三个商品，不合适就返回结果页换一个商品。", "query": "搜索词要包含商品的属性关键词。"}
+IDLE_CHUNKS = {"polite": "保持礼貌。"}
+ALL_LAPSES = {"ignore_budget": 1.0, "first_option": 1.0, "impatient": 1.0, "terse_query": 1.0, "runner_up": 0.0}
+
+
+def _session(config: Path, out: Path, **kwargs: Any) -> TrainingSession:
+    session = TrainingSession.from_config(config, backend=None, out_dir=out, **kwargs)
+    session.backend = VLLMChatBackend.from_model_config(session.plan.config.model)
+    return session
+
+
+def _play(session: TrainingSession, tasks: list[int]) -> list[Any]:
+    async def go() -> list[Any]:
+        async with session:
+            return [episode for task in tasks for episode in await session.play_group(task)]
+
+    return asyncio.run(go())
+
+
+def _moves(record: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(s["action"], (s.get("protocol_error") or {}).get("code"), s["observation"],
+             (s.get("environment") or {}).get("observation"), (s.get("environment") or {}).get("reward"))
+            for s in record["steps"]]
+
+
+def test_training_and_evaluation_play_the_same_episode(tmp_path: Path, sandbox: Any) -> None:
+    """Acceptance 6: same task and seed through both paths → identical actions, observations, rewards, ends."""
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 4})
+    config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                             model=sandbox.served_model, extra_body=NO_THINKING)
+    result = run_evaluation(load_config(config))
+    records = [json.loads(line) for line in (result.run_dir / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    evaluated = {record["job"]["task_id"]: record for record in records}
+    session = _session(config, tmp_path / "train", sampling=SamplingSpec(temperature=1.0))
+    episodes = _play(session, sorted(evaluated))
+    assert len(episodes) == 4 and not any(e.aborted for e in episodes)
+    for episode in episodes:
+        twin = evaluated[episode.task_id]
+        trained = episode.record
+        assert trained["job"]["seed"] == twin["job"]["seed"]
+        assert _moves(trained) == _moves(twin)
+        assert trained["final"]["reward"] == twin["final"]["reward"]
+        assert trained["final"].get("termination_reason") == twin["final"].get("termination_reason")
+        assert trained["status"] == twin["status"] == "completed"
+        # the evaluation trace's own fields hold no token data; it is all in the training block and the sidecar
+        assert "training" not in twin and {"samples", "token_counts", "checks"} <= set(trained["training"])
+        assert not any("token_ids" in json.dumps(step) for step in trained["steps"])
+
+
+def test_sampled_tokens_are_the_assistant_turns_and_the_sidecar_matches(tmp_path: Path, sandbox: Any) -> None:
+    """Decoding each sample's masked-in tokens gives back the trace's assistant turns, call for call."""
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 2})
+    config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                             model=sandbox.served_model)  # thinking on: reasoning is sampled, then dropped
+    out = tmp_path / "train"
+    episodes = _play(_session(config, out, group_size=2), [0, 1])
+    lines = [TokenSampleLine.parse(json.loads(line))
+             for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == sum(len(e.samples) for e in episodes)
+    for episode in episodes:
+        steps = {s["step_index"]: s for s in episode.record["steps"]}
+        for sample in episode.samples:
+            assert sample.reason in ("first_turn", "template_drift")
+            text = sandbox_tokens.decode(sample.sampled_ids())
+            # one assistant turn per covered step, each ended by the sampled end-of-turn token
+            turns = [part for part in text.split("\n<think>") if part]
+            assert len(turns) == len(sample.turn_indices)
+            for step_index, turn in zip(sample.turn_indices, turns):
+                model = steps[step_index]["model"]
+                parsed = parse_assistant_text(turn if turn.startswith("<think>") else "<think>" + turn, "c")
+                assert parsed.get("reasoning_content") == model["reasoning"]
+                assert [(c["function"]["name"], c["function"]["arguments"]) for c in parsed.get("tool_calls", [])] \
+                    == [(c["name"], c["raw_arguments"]) for c in model["tool_calls"]]
+        block = episode.record["training"]
+        # the template drops earlier reasoning: every later turn forks, and the block says so
+        assert block["checks"]["drift_forks"] == len(episode.samples) - 1 >= 1
+        assert block["token_counts"]["sampled"] == sum(s.sampled_count for s in episode.samples)
+        mine = [line for line in lines if line.episode_id == episode.episode_id]
+        assert [line.response_ids for line in mine] == [s.response_ids for s in episode.samples]
+        assert all(line.reward == episode.reward for line in mine)
+
+
+def test_triage_separates_what_skills_fix_from_what_they_cannot(tmp_path: Path, sandbox: Any) -> None:
+    """Acceptance 4: fails bare, succeeds with the full skill text → not internalized; fails both → pending."""
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 3})
+    with policy_server(tmp_path, ALL_LAPSES) as url:
+        config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=url,
+                                 model="policy", extra_body=NO_THINKING)
+        fixed = _session(config, tmp_path / "cues", group_size=2, curriculum=lapse_curriculum(CUE_CHUNKS))
+        _play(fixed, [1, 2])
+        unfixable = _session(config, tmp_path / "idle", group_size=2, curriculum=lapse_curriculum(IDLE_CHUNKS))
+        _play(unfixable, [1, 2])
+        switched_off = _session(config, tmp_path / "off", group_size=2, curriculum=lapse_curriculum(CUE_CHUNKS),
+                                diagnostic_retry=False)
+        _play(switched_off, [1])
+    docs = {folder: [GroupTriage.parse(json.loads(p.read_text(encoding="utf-8")))
+                     for p in sorted((tmp_path / folder / "triage").glob("*.json"))]
+            for folder in ("cues", "idle", "off")}
+    assert [d.classification for d in docs["cues"]] == ["not_internalized", "not_internalized"]
+    assert all(d.rewards == [0.0, 0.0] and d.diagnostic_retry and d.diagnostic_retry.success for d in docs["cues"])
+    assert all(d.pending_analysis_episode_ids == [] for d in docs["cues"])
+    assert [d.classification for d in docs["idle"]] == ["full_skill_failure_pending_analysis"] * 2
+    assert docs["idle"][0].diagnostic_retry is not None
+    assert docs["idle"][0].diagnostic_retry.included_chunk_ids == ["polite"]
+    pending = [e for d in docs["idle"] for e in d.pending_analysis_episode_ids]
+    assert len(pending) == 4
+    assert [d.classification for d in docs["off"]] == ["retry_disabled"]
+    # the retry is in the traces (for the analysts and the viewer) but never in the token sidecar
+    traces = [json.loads(line) for line in (tmp_path / "idle" / "traces.jsonl").read_text().splitlines()]
+    retries = [t for t in traces if t["training"]["diagnostic_retry"]]
+    assert len(retries) == 2 and all(t["provenance"]["skills"]["included_chunk_ids"] == ["polite"] for t in retries)
+    sidecar = (tmp_path / "idle" / "samples.jsonl").read_text().splitlines()
+    assert {json.loads(line)["episode_id"] for line in sidecar} == set(pending)
+    # every member of a group carried the group's one assignment (skill-free here, q = 1)
+    assert all(t["provenance"]["skills"]["mode"] == "skill_free" for t in traces if not t["training"]["diagnostic_retry"])
+
+
+def test_guards_refuse_in_one_line_and_write_nothing(tmp_path: Path, sandbox: Any) -> None:
+    """A guarded split, a test task, a sample outside the group, a duplicate completion: one line each."""
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 2, "test": 2})
+    test_task = json.loads(split.read_text(encoding="utf-8"))["splits"]["test"]["task_ids"][0]
+    config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                             model=sandbox.served_model, extra_body=NO_THINKING)
+    on_test = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                              model=sandbox.served_model, split="test", name="on-test")
+    with pytest.raises(ConfigError) as caught:
+        TrainingSession.from_config(on_test, backend=None, out_dir=tmp_path / "never")
+    assert caught.value.code == "training-guarded-split" and "\n" not in str(caught.value)
+    session = _session(config, tmp_path / "out", group_size=2)
+
+    async def go() -> list[str]:
+        codes = []
+        async with session:
+            for task, sample in ((test_task, 0), (0, 2), (0, -1)):
+                try:
+                    await session.play(task, sample)
+                except ConfigError as exc:
+                    codes.append(str(exc.code))
+                    assert "\n" not in str(exc)
+            await session.play(0, 0, group_index=0)
+            try:
+                await session.play(0, 0, group_index=0)
+            except ConfigError as exc:
+                codes.append(str(exc.code))
+        return codes
+
+    assert asyncio.run(go()) == ["training-guarded-split", "group-size-mismatch", "group-size-mismatch",
+                                 "group-duplicate"]
+    assert not (tmp_path / "never").exists()
+    assert len((tmp_path / "out" / "traces.jsonl").read_text().splitlines()) == 1  # only the one real episode
