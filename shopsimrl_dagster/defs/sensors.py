@@ -9,12 +9,14 @@
   worker that died starting): once Dagster's run retries have given up on it, the sensor requests
   it again under ``<checkpoint_id>:<suite>:attempt-<n>``, up to ``MAX_REQUEST_ATTEMPTS`` requests,
   with a warning line in the tick's log (:func:`requests_to_renew`).
-- ``progress_sensor``: after a successful ``evaluate_<suite>`` run, charts that suite's progress
-  (``<suite>/progress``, ``<suite>/best_checkpoint``) so the chart follows every new evaluation, and
-  catches up the comparison of the next checkpoint when it was evaluated first (a backfill runs
-  checkpoints side by side: a later checkpoint whose baseline had no summary yet got no comparison).
+- ``progress_sensor``: each tick, for every ``evaluate_<suite>`` run that succeeded since the last
+  one, charts those suites' progress (``<suite>/progress``, ``<suite>/best_checkpoint``) in one
+  ``progress_charts`` run, so the chart follows every new evaluation, and catches up the comparison
+  of the next checkpoint when it was evaluated first (a backfill runs checkpoints side by side: a
+  later checkpoint whose baseline had no summary yet got no comparison).
 """
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -195,46 +197,135 @@ def comparisons_to_catch_up(settings: PipelineSettings, suite: str, checkpoint_i
     return []
 
 
-def build_progress_sensor(settings: PipelineSettings) -> dg.RunStatusSensorDefinition:
-    """Launch ``progress_charts`` for the suite of every successful ``evaluate_<suite>`` run, and late comparisons."""
+_PROGRESS_TRIGGER = "progress-sensor"
+_PROGRESS_FETCH = 1000  # successful runs looked at per tick; more wait for the next tick (the cursor moves on)
+_NOT_YET_RUNNING = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING]
+
+
+def _success_cursor(instance: dg.DagsterInstance, cursor: str | None) -> int | None:
+    """The storage id after which to look for ``RUN_SUCCESS`` events; None when the sensor has no cursor yet.
+
+    Takes this sensor's own cursor (a storage id) and the one Dagster's ``run_status_sensor`` kept
+    under the same name before (a serialized ``RunStatusSensorCursor`` with ``record_id``), so an
+    instance that ran the old sensor carries on where it stopped.
+    """
+    if cursor is None:
+        return None
+    if cursor.lstrip("-").isdigit():
+        return int(cursor)
+    try:
+        record_id = json.loads(cursor).get("record_id")
+    except (ValueError, AttributeError):
+        return None
+    return record_id if isinstance(record_id, int) else None
+
+
+def build_progress_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
+    """Chart every suite with a newly successful ``evaluate_<suite>`` run, and request late comparisons.
+
+    One tick handles **every** evaluation run that succeeded since the last tick (Dagster's
+    ``run_status_sensor`` handles one per tick once its function returns requests, so after a backfill
+    the chart trailed by a tick per checkpoint, behind a chart run per evaluation). It requests one
+    ``progress_charts`` run for all the suites those runs evaluated — none for a suite whose chart run
+    from an earlier tick has not started yet (it will read the new summaries when it does) — and the
+    comparison of each later checkpoint that finished before its baseline (:func:`comparisons_to_catch_up`).
+    """
     jobs = evaluation_jobs(settings)
     by_job = {evaluation_job_name(suite): suite for suite in settings.suites}
 
-    @dg.run_status_sensor(
+    @dg.sensor(
         name="progress_sensor",
-        run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[jobs[name] for name in sorted(by_job)],
-        request_jobs=[jobs["progress_charts"], *(jobs[name] for name in sorted(by_job))],
-        description="Redraws <suite>/progress and <suite>/best_checkpoint after each successful evaluate_<suite> "
-        "run, and computes the comparison of a later checkpoint that finished before this one.",
+        jobs=[jobs["progress_charts"], *(jobs[name] for name in sorted(by_job))],
+        description="Redraws <suite>/progress and <suite>/best_checkpoint once per tick for every suite with a "
+        "successful evaluate_<suite> run since the last tick, and computes the comparison of a later checkpoint "
+        "that finished before its baseline.",
         default_status=(
             dg.DefaultSensorStatus.RUNNING if settings.automation.sensor_running else dg.DefaultSensorStatus.STOPPED
         ),
     )
-    def progress_sensor(context: dg.RunStatusSensorContext) -> list[dg.RunRequest] | dg.SkipReason:
-        run = context.dagster_run
-        suite = by_job.get(run.job_name)
-        if suite is None:
-            return dg.SkipReason(f"{run.job_name} is not an evaluation job")
-        requests = [
-            dg.RunRequest(
-                run_key=f"progress:{run.run_id}",
-                job_name="progress_charts",
-                asset_selection=[suite_asset_key(suite, "progress"), suite_asset_key(suite, "best_checkpoint")],
-                tags={TRIGGER_TAG: "progress-sensor"},
+    def progress_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        instance = context.instance
+        after = _success_cursor(instance, context.cursor)
+        if after is None:  # first tick: start from now, as Dagster's run status sensors do
+            latest = instance.fetch_run_status_changes(dg.DagsterEventType.RUN_SUCCESS, limit=1).records
+            start = latest[0].storage_id if latest else -1
+            context.update_cursor(str(start))
+            return dg.SkipReason(f"progress_sensor starts after event {start}")
+        records = instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(event_type=dg.DagsterEventType.RUN_SUCCESS, after_storage_id=after),
+            limit=_PROGRESS_FETCH,
+            ascending=True,
+        ).records
+        if not records:
+            return dg.SkipReason("no evaluation succeeded since the last tick")
+        cursor = str(records[-1].storage_id)
+        run_ids = list(dict.fromkeys(r.event_log_entry.run_id for r in records))
+        runs = {r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(run_ids=run_ids))}
+        evaluated: list[tuple[str, str]] = []  # (suite, checkpoint) in the order the runs succeeded
+        for run_id in run_ids:
+            run = runs.get(run_id)
+            suite = by_job.get(run.job_name) if run is not None else None
+            if run is None or suite is None or not _this_location(context, run):
+                continue
+            evaluated.append((suite, run.tags.get(_PARTITION_TAG, "")))
+        if not evaluated:
+            return dg.SensorResult(skip_reason=f"no evaluation among {len(run_ids)} successful run(s)", cursor=cursor)
+        suites = [suite for suite in settings.suites if any(s == suite for s, _ in evaluated)]
+        pending = instance.get_runs(
+            filters=dg.RunsFilter(
+                job_name="progress_charts", statuses=_NOT_YET_RUNNING, tags={TRIGGER_TAG: _PROGRESS_TRIGGER}
             )
+        )
+        waiting = {key for run in pending for key in (run.asset_selection or ())}
+        charted = [
+            suite
+            for suite in suites
+            if not {suite_asset_key(suite, "progress"), suite_asset_key(suite, "best_checkpoint")} <= waiting
         ]
-        evaluated = run.tags.get("dagster/partition")
-        for later in comparisons_to_catch_up(settings, suite, evaluated or ""):
+        requests: list[dg.RunRequest] = []
+        if charted:
             requests.append(
                 dg.RunRequest(
-                    run_key=f"comparison:{suite}:{later}:{evaluated}",
-                    job_name=evaluation_job_name(suite),
-                    partition_key=later,
-                    asset_selection=[suite_asset_key(suite, "checkpoint_comparison")],
-                    tags={TRIGGER_TAG: "progress-sensor"},
+                    run_key=f"progress:{cursor}",
+                    job_name="progress_charts",
+                    asset_selection=[
+                        key
+                        for suite in charted
+                        for key in (suite_asset_key(suite, "progress"), suite_asset_key(suite, "best_checkpoint"))
+                    ],
+                    tags={TRIGGER_TAG: _PROGRESS_TRIGGER},
                 )
             )
-        return requests
+        seen: set[str] = set()
+        for suite, checkpoint_id in evaluated:
+            for later in comparisons_to_catch_up(settings, suite, checkpoint_id):
+                key = f"comparison:{suite}:{later}:{checkpoint_id}"
+                if key in seen:
+                    continue
+                seen.add(key)
+                requests.append(
+                    dg.RunRequest(
+                        run_key=key,
+                        job_name=evaluation_job_name(suite),
+                        partition_key=later,
+                        asset_selection=[suite_asset_key(suite, "checkpoint_comparison")],
+                        tags={TRIGGER_TAG: _PROGRESS_TRIGGER},
+                    )
+                )
+        done = ", ".join(f"{checkpoint_id} on {suite}" for suite, checkpoint_id in evaluated)
+        context.log.info(
+            f"{len(evaluated)} evaluation(s) succeeded since the last tick ({done}); "
+            f"charting {', '.join(charted) or 'nothing new (a chart run is still waiting to start)'}"
+        )
+        if not requests:
+            return dg.SensorResult(skip_reason="a chart run for these suites is still waiting to start", cursor=cursor)
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
 
     return progress_sensor
+
+
+def _this_location(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> bool:
+    """Whether *run* belongs to this sensor's repository (runs launched in-process have no origin: they do)."""
+    origin = run.remote_job_origin
+    name = context.repository_name
+    return origin is None or name is None or origin.repository_origin.repository_name == name
