@@ -3,6 +3,7 @@
     python -m shopsim_sandbox.policy serve [--checkpoint FILE] [--port 5800] [--host 127.0.0.1]
                                            [--served-model-name NAME] [--seed S] [--latency-ms MS]
                                            [--ready-file PATH] [--log-level LEVEL] [--loop auto|asyncio|uvloop]
+                                           [--load-time S] [--enable-lora --max-lora-rank R]
     python -m shopsim_sandbox.policy [measure] --env-url URL --policy-url URL/v1 --split-file FILE
                                            [--split val] [--seed S] [--model NAME]
 
@@ -10,6 +11,10 @@
 --served-model-name NAME``): the checkpoint file (``shopsim_sandbox.policy.checkpoint``) sets its lapse
 rates. It prints ``serving on http://HOST:PORT/v1`` on stdout once bound (``--port 0`` = any free
 port), writes ``{"port": PORT}`` to ``--ready-file`` once accepting connections, and stops on SIGTERM.
+``--load-time S`` sleeps S seconds before binding, like a real server loading its weights (the
+time-to-results benchmark stands it in for vLLM). ``--enable-lora`` with ``--max-lora-rank R`` and the
+environment variable ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` add vLLM's runtime LoRA endpoints
+(``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``; adapters: ``shopsim_sandbox.policy.adapter``).
 Without a subcommand the flags are ``measure``'s (the original invocation).
 """
 
@@ -18,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
+import time
 
 from shopsim_sandbox.policy.decide import SERVED_MODEL
 
@@ -89,6 +96,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added to every completion call (default 0)")
     parser.add_argument("--ready-file", default=None, help='write {"port": PORT} as JSON here once serving')
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    parser.add_argument("--load-time", type=float, default=0.0,
+                        help="seconds to sleep before binding, standing for a model load (default 0)")
+    parser.add_argument("--enable-lora", action="store_true",
+                        help="serve LoRA adapters (loaded at runtime with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
+    parser.add_argument("--max-lora-rank", type=int, default=16,
+                        help="largest adapter rank accepted (default 16, vLLM's)")
     parser.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
@@ -114,6 +127,10 @@ def _serve_main(argv: list[str]) -> int:
             raise ValueError(f"--latency-ms: must be >= 0 (got {args.latency_ms})")
         if not args.served_model_name.strip():
             raise ValueError("--served-model-name: must not be empty")
+        if not args.load_time >= 0:
+            raise ValueError(f"--load-time: must be >= 0 seconds (got {args.load_time})")
+        if args.max_lora_rank < 1:
+            raise ValueError(f"--max-lora-rank: must be >= 1 (got {args.max_lora_rank})")
         checkpoint = load_policy_checkpoint(args.checkpoint) if args.checkpoint is not None else None
         app = build_policy_app(
             seed=args.seed,
@@ -121,7 +138,12 @@ def _serve_main(argv: list[str]) -> int:
             model_name=args.served_model_name,
             lapse_rates=checkpoint.lapses if checkpoint is not None else DEFAULT_LAPSE_RATES,
             model_root=args.checkpoint,
+            max_lora_rank=args.max_lora_rank if args.enable_lora else None,
+            # vLLM registers its runtime LoRA endpoints only with this switch in its environment
+            runtime_lora=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"),
         )
+        if args.load_time > 0:
+            time.sleep(args.load_time)  # the weights' load: nothing listens yet
 
         def announce(ports: dict[str, int]) -> None:
             print(f"serving on http://{args.host}:{ports['port']}/v1", flush=True)

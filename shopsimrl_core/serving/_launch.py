@@ -1,10 +1,15 @@
-"""Launching a checkpoint's inference server for one run, and stopping it whatever happens.
+"""Serving a checkpoint for one run: attach to the pooled server of its served identity, or launch it.
 
-:func:`launched_server` is a context manager around one run: it stops orphaned servers of dead runs,
-takes devices from the GPU pool, starts the server of ``serve.server`` (or ``serve.command``) on a free
-port in its own process group with its log in the run directory, waits until ``/v1/models`` lists the
-served name and one probe completion answers, and yields the base URL. On leaving (success, failure,
-SIGTERM, Dagster's run termination) it stops the whole group and gives the devices back.
+:func:`launched_server` is a context manager around one run. It computes the served identity (server
+kind, command line without the port, weights content, environment, device shape; for an adapter over a
+server that hot-loads adapters, the *base* and the rank limit only), and attaches to the running server
+of that identity in the pool (``_pool``) or launches it: orphans of dead launchers stopped, devices taken
+from the GPU pool (idle pooled servers stopped to make room), the server started by a keeper process
+(``_keeper``) on a free port with its log in the run directory, ready once ``/v1/models`` lists the
+served name and one probe completion answers. An adapter is then loaded at runtime under the
+checkpoint's served name. On leaving (success, failure, SIGTERM, Dagster's run termination) the adapter
+is unloaded, and the server stopped at once when ``serve.idle_timeout`` is 0 and no other run uses it;
+otherwise its keeper stops it after that many idle seconds.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core._errors import ShopSimRLError
+from shopsimrl_core._errors import ConfigError, ShopSimRLError
+from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.runs.config._config import EvalConfig
 from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 from shopsimrl_core.serving._devices import acquire_devices
-from shopsimrl_core.serving._processes import ServerRecord, reap_orphans, start_group, stop_group
-from shopsimrl_core.serving._templates import fill_command
+from shopsimrl_core.serving._pool import Pool, keeper_alive, pool_key
+from shopsimrl_core.serving._processes import group_alive, reap_orphans
+from shopsimrl_core.serving._templates import RUNTIME_LORA, RuntimeLora, fill_command, lora_rank_limit
+from shopsimrl_core.serving._weights import adapter_rank, server_reference, weights_identity
 
 __all__ = ["LaunchedServer", "ServerStartError", "launched_server", "server_state_dir", "SERVER_LOG_DIR"]
 
@@ -54,7 +62,11 @@ class LaunchedServer:
     devices: list[str]
     log_path: Path
     started_s: float
-    """Seconds from launch to ready (probe answered)."""
+    """Seconds from launch to ready (probe answered); 0 for a server found running in the pool."""
+    reused: bool = False
+    """Whether the server was already running (started by another run of the pool)."""
+    model: str = ""
+    """The served name this run's requests use (the checkpoint's; its adapter's for a hot-loaded one)."""
 
 
 def server_state_dir(config: EvalConfig) -> Path:
@@ -81,12 +93,18 @@ def _log_tail(path: Path) -> str:
     return " | ".join(tail) if tail else "(empty log)"
 
 
-def _ready(base_url: str, served_model: str, headers: dict[str, str], probe: bool) -> str | None:
-    """None when the server lists *served_model* and (with *probe*) answers a completion; else why not yet."""
+def _ready(
+    base_url: str, served_model: str, headers: dict[str, str], probe: bool, time_left: float = 120.0
+) -> str | None:
+    """None when the server lists *served_model* and (with *probe*) answers a completion; else why not yet.
+
+    No request waits longer than *time_left* seconds (what remains of ``serve.start_timeout``).
+    """
     import httpx
 
+    left = max(0.5, time_left)
     try:
-        with httpx.Client(timeout=10.0, trust_env=False) as client:
+        with httpx.Client(timeout=min(10.0, left), trust_env=False) as client:
             response = client.get(f"{base_url}/models", headers=headers)
             if response.status_code != 200:
                 return f"GET /v1/models answered HTTP {response.status_code}"
@@ -96,7 +114,7 @@ def _ready(base_url: str, served_model: str, headers: dict[str, str], probe: boo
             if not probe:
                 return None
             body = {"model": served_model, "messages": [{"role": "user", "content": "OK?"}], "max_tokens": 1}
-            answer = client.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=120.0)
+            answer = client.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=left)
             if answer.status_code != 200 or not isinstance(answer.json().get("choices"), list):
                 return f"the probe completion answered HTTP {answer.status_code}: {answer.text[:200]!r}"
             return None
@@ -124,111 +142,342 @@ def _terminate_raises() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@dataclass(frozen=True)
+class _Served:
+    """What one run's launch serves: the base command's values, the pool key, the adapter to hot-load."""
+
+    values: dict[str, str]
+    key: str
+    base_name: str
+    """The name the server serves (the checkpoint's, or the base's when adapters are hot-loaded)."""
+    lora_name: str | None
+    """The checkpoint's name of a hot-loaded adapter (None: nothing is loaded at runtime)."""
+    adapter: str
+    runtime: RuntimeLora | None
+    """``RUNTIME_LORA`` of the server when the adapter is hot-loaded."""
+    env: dict[str, str]
+
+
+def _served(config: EvalConfig) -> _Served:
+    serve = config.serve
+    assert serve is not None
+    name = config.model.name
+    adapter = server_reference(serve.adapter) if serve.adapter is not None else ""
+    runtime = RUNTIME_LORA.get(serve.server) if serve.adapter is not None and serve.command is None else None
+    base_name, lora_name = name, None
+    rank_limit = serve.max_lora_rank
+    if runtime is not None:
+        assert serve.adapter is not None
+        if rank_limit is None:
+            rank_limit = lora_rank_limit(adapter_rank(serve.adapter))
+        if serve.server == "sglang":
+            # SGLang requests an adapter as "<base>:<adapter>" (its OpenAI API's model field).
+            if ":" not in name:
+                raise ConfigError(
+                    f"model.name: {name!r}: SGLang requests an adapter as <base>:<adapter>; name the checkpoint's "
+                    "model like base:<checkpoint>",
+                    code="config-invalid",
+                )
+            base_name, lora_name = name.split(":", 1)[0], name
+        else:
+            base_name, lora_name = "base", name
+    values = {
+        "weights": server_reference(serve.weights),
+        "adapter": adapter,
+        "host": serve.host,
+        "served_model": base_name,
+        "python": serve.python or sys.executable,
+        "gpus_per_server": str(max(1, serve.gpus_per_server)),
+        # llama.cpp offloads no layer unless told: every layer when the server was given a device.
+        "gpu_layers": "-1" if serve.gpus and serve.gpus_per_server > 0 else "0",
+        "max_lora_rank": str(rank_limit or 16),
+    }
+    env = dict(serve.env)
+    if runtime is not None:
+        env.update(runtime.env)
+    argv = fill_command(
+        serve.server,
+        {**values, "port": "{port}"},
+        command=serve.command,
+        extra_args=serve.extra_args,
+        adapter=serve.adapter is not None and runtime is None,
+        runtime_lora=runtime is not None,
+    )
+    identity: dict[str, Any] = {
+        "server": serve.server,
+        "argv": argv,
+        "weights": weights_identity(serve.weights),
+        "env": env,
+        "gpus": list(serve.gpus),
+        "gpus_per_server": serve.gpus_per_server,
+    }
+    if serve.adapter is not None and runtime is None:
+        identity["adapter"] = weights_identity(serve.adapter, "serve.adapter")
+    return _Served(values, pool_key(identity), base_name, lora_name, adapter, runtime, env)
+
+
+def _root(base_url: str) -> str:
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float) -> tuple[int, str]:
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            answer = client.post(url, json=body, headers=headers)
+            return answer.status_code, answer.text[:300]
+    except httpx.HTTPError as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+
+
+def _load_adapter(served: _Served, base_url: str, config: EvalConfig, say: Callable[[str], None]) -> None:
+    assert served.runtime is not None and served.lora_name is not None
+    serve = config.serve
+    assert serve is not None
+    headers = config.model.auth().headers(required=False)
+    url = _root(base_url) + served.runtime.load
+    body = {"lora_name": served.lora_name, "lora_path": served.adapter}
+    status, text = _post(url, body, headers, serve.start_timeout)
+    if status == 400 and "already" in text.lower():
+        # A run that died before unloading left it: load it afresh (the adapter's files may have changed).
+        _post(_root(base_url) + served.runtime.unload, {"lora_name": served.lora_name}, headers, 30.0)
+        status, text = _post(url, body, headers, serve.start_timeout)
+    if status != 200:
+        raise ServerStartError(
+            f"serve.adapter: the {serve.server} server at {base_url} refused to load adapter {served.adapter} as "
+            f"{served.lora_name!r} (HTTP {status}: {text}); check the adapter's base model and rank "
+            f"(limit {served.values['max_lora_rank']})"
+        )
+    say(f"loaded adapter {served.adapter} as {served.lora_name} (rank limit {served.values['max_lora_rank']})")
+
+
+def _unload_adapter(served: _Served, base_url: str, config: EvalConfig, say: Callable[[str], None]) -> None:
+    assert served.runtime is not None and served.lora_name is not None
+    headers = config.model.auth().headers(required=False)
+    unload = _root(base_url) + served.runtime.unload
+    status, text = _post(unload, {"lora_name": served.lora_name}, headers, 30.0)
+    if status == 200:
+        say(f"unloaded adapter {served.lora_name}")
+    else:
+        say(f"could not unload adapter {served.lora_name} (HTTP {status}: {text}); the server keeps it loaded")
+
+
 @contextmanager
 def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[LaunchedServer]:
     """Serve the checkpoint of *config* (its ``serve`` section) for the duration of the ``with`` block.
 
-    *say* receives one line per event worth a log line: orphans stopped, waiting for devices, start
-    (command, port, devices), ready (seconds), stop (seconds).
+    *say* receives one line per event worth a log line: orphans or idle servers stopped, waiting for
+    devices, start (command, port, devices) or reuse of a pooled server, ready (seconds), adapter loaded
+    and unloaded, stop (seconds) or left running in the pool.
 
-    Promises: the server's whole process group is stopped and its devices released when the block is
-    left in any way; an orphaned server of a dead run in the same state folder is stopped first; the
-    server's output is kept in ``<run_dir>/server-logs/``.
+    Promises: one server per served identity runs at a time in a state folder (runs that need the same
+    one share it); an adapter over a hot-loading server is loaded under the checkpoint's served name and
+    unloaded on leaving; with ``serve.idle_timeout`` 0 the server's whole process group is stopped when
+    the block is left in any way and no other run uses it, else it is stopped after that many idle
+    seconds; devices stay locked as long as the server runs; an orphaned server of a dead launcher in
+    the same state folder is stopped before devices are taken; the server's output is kept in
+    ``<run_dir>/server-logs/``.
 
     Raises:
         ServerStartError: ``server-start-failed`` — the server exited or was not ready within
-            ``serve.start_timeout`` (the message carries the tail of its log and the log's path).
-        ShopSimRLError: ``gpu-pool-busy`` (no free devices in time) or ``config-invalid`` (template).
+            ``serve.start_timeout`` (the message carries the tail of its log and the log's path), or
+            refused the adapter.
+        ShopSimRLError: ``gpu-pool-busy`` (no free devices in time), ``config-invalid`` (template,
+            adapter rank) or ``weights-missing`` (a local weights path that does not exist).
     """
     serve = config.serve
     assert serve is not None, "launched_server needs a config with a serve section"
+    served = _served(config)
     state_dir = server_state_dir(config)
     state_dir.mkdir(parents=True, exist_ok=True)
     log_dir = config.run_dir / SERVER_LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
+    pool = Pool(state_dir)
+    use_fd: int | None = None
+    server: LaunchedServer | None = None
+    loaded = False
     with _terminate_raises():
-        reap_orphans(state_dir, timeout=serve.stop_timeout, say=say)
-        lease = acquire_devices(
-            serve.gpus, serve.gpus_per_server, state_dir=state_dir, timeout=serve.gpu_wait_timeout, say=say
-        )
-        process = None
-        record_path: Path | None = None
         try:
-            env = {**os.environ, **serve.env}
-            if serve.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(lease.devices)
-            for attempt in range(1, _PORT_RETRIES + 1):
-                port = _free_port(serve.host)
-                argv = fill_command(
-                    serve.server,
-                    {
-                        "weights": serve.weights,
-                        "adapter": serve.adapter or "",
-                        "host": serve.host,
-                        "port": str(port),
-                        "served_model": config.model.name,
-                        "python": serve.python or sys.executable,
-                        "gpus_per_server": str(max(1, serve.gpus_per_server)),
-                    },
-                    command=serve.command,
-                    extra_args=serve.extra_args,
-                    adapter=serve.adapter is not None,
-                )
-                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-                log_path = log_dir / f"{stamp}-{config.model_id}.log"
-                started = time.monotonic()
-                with log_path.open("ab") as log:
-                    try:
-                        process, record_path = start_group(
-                            argv, env=env, log=log, state_dir=state_dir, devices=lease.devices
-                        )
-                    except OSError as exc:
-                        raise ServerStartError(
-                            f"serve: cannot start {argv[0]!r} ({exc.strerror}); install the {serve.server} server "
-                            "or fix serve.command / serve.python"
-                        ) from None
-                host = f"[{serve.host}]" if ":" in serve.host else serve.host
-                base_url = f"http://{host}:{port}/v1"
-                say(
-                    f"started inference server pgid {process.pid} for {config.model.name} on {base_url} "
-                    f"(devices {','.join(lease.devices) or 'none'}; log {log_path}): {' '.join(argv)}"
-                )
-                why = _wait_ready(process, base_url, config, started)
-                if why is None:
-                    ready_s = time.monotonic() - started
-                    say(f"inference server pgid {process.pid} ready in {ready_s:.1f} s")
-                    yield LaunchedServer(base_url, process.pid, list(lease.devices), log_path, ready_s)
-                    return
-                took = stop_group(process.pid, None, timeout=serve.stop_timeout, process=process)
-                say(f"stopped inference server pgid {process.pid} in {took:.1f} s (not ready: {why})")
-                process = None
-                if record_path is not None:
-                    record_path.unlink(missing_ok=True)
-                tail = _log_tail(log_path)
-                in_use = "address already in use" in tail.lower() or "errno 98" in tail.lower()
-                if in_use and attempt < _PORT_RETRIES:
-                    say(f"inference server could not bind port {port} (taken meanwhile); retrying on another port")
-                    continue
-                raise ServerStartError(
-                    f"serve: the {serve.server} server for {config.model.name} did not become ready ({why}); "
-                    f"log {log_path}, last lines: {tail}"
-                )
+            with pool.starting(served.key):
+                use_fd = pool.use(served.key)
+                server = _running(pool, served, config, say) or _start(pool, served, config, state_dir, log_dir, say)
+            if served.runtime is not None:
+                _load_adapter(served, server.base_url, config, say)
+                loaded = True
+                why = _wait_ready(lambda: _gone(pool, served.key), server.base_url, config, time.monotonic(),
+                                  server.model)  # fmt: skip
+                if why is not None:
+                    raise ServerStartError(f"serve.adapter: adapter {served.lora_name!r} not served ({why})")
+            yield server
         finally:
-            if process is not None:
-                record = ServerRecord.read(record_path) if record_path is not None else None
-                took = stop_group(
-                    process.pid,
-                    record.leader_ticks if record is not None else None,
-                    timeout=serve.stop_timeout,
-                    process=process,
+            if server is not None and loaded:
+                _unload_adapter(served, server.base_url, config, say)
+            if use_fd is not None:
+                os.close(use_fd)
+            if server is not None:
+                _leave(pool, served, server, config, say)
+
+
+def _gone(pool: Pool, key: str) -> str | None:
+    entry = pool.entry(key)
+    if entry is None:
+        return "the server's keeper ended (see the server log)"
+    if entry.get("state") == "failed":
+        return f"the server could not be started ({entry.get('error')})"
+    if entry.get("state") == "exited":
+        return f"the server exited with code {entry.get('exit_code')}"
+    if not keeper_alive(entry):
+        return "the server's keeper ended (see the server log)"
+    pgid = entry.get("pgid")
+    if isinstance(pgid, int) and not group_alive(pgid):
+        return "the server exited before it was ready"
+    return None
+
+
+def _running(pool: Pool, served: _Served, config: EvalConfig, say: Callable[[str], None]) -> LaunchedServer | None:
+    """The pooled server of *served*'s identity when it runs and answers, else None (a stale one is stopped)."""
+    serve = config.serve
+    assert serve is not None
+    reap_orphans(pool.folder.parent, timeout=serve.stop_timeout, say=say)
+    entry = pool.entry(served.key)
+    if entry is None:
+        return None
+    pgid = entry.get("pgid")
+    if not keeper_alive(entry) and not (isinstance(pgid, int) and group_alive(pgid)):
+        pool.entry_path(served.key).unlink(missing_ok=True)  # left by a server that ended: nothing to stop
+        return None
+    alive = entry.get("state") == "ready" and keeper_alive(entry) and _gone(pool, served.key) is None
+    headers = config.model.auth().headers(required=False)
+    if alive and _ready(str(entry["base_url"]), served.base_name, headers, False, 10.0) is None:
+        say(
+            f"reusing inference server pgid {entry['pgid']} for {served.base_name} on {entry['base_url']} from the "
+            f"server pool (devices {','.join(entry.get('devices') or []) or 'none'}; log {entry.get('log')})"
+        )
+        return LaunchedServer(
+            str(entry["base_url"]), int(entry["pgid"]), list(entry.get("devices") or []), Path(str(entry.get("log"))),
+            0.0, reused=True, model=served.lora_name or served.base_name,
+        )  # fmt: skip
+    took = pool.stop(served.key, entry, timeout=serve.stop_timeout)
+    say(f"stopped inference server pgid {entry.get('pgid')} in {took:.1f} s (found in the pool but not serving)")
+    return None
+
+
+def _start(
+    pool: Pool, served: _Served, config: EvalConfig, state_dir: Path, log_dir: Path, say: Callable[[str], None]
+) -> LaunchedServer:
+    serve = config.serve
+    assert serve is not None
+
+    def reap() -> None:
+        reap_orphans(state_dir, timeout=serve.stop_timeout, say=say)
+
+    def make_room() -> bool:
+        return pool.evict_idle(served.key, timeout=serve.stop_timeout, say=say)
+
+    reap()
+    lease = acquire_devices(
+        serve.gpus, serve.gpus_per_server, state_dir=state_dir, timeout=serve.gpu_wait_timeout, say=say,
+        reap=reap, make_room=make_room,
+    )  # fmt: skip
+    try:
+        env = {**os.environ, **served.env}
+        if serve.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(lease.devices)
+        for attempt in range(1, _PORT_RETRIES + 1):
+            port = _free_port(serve.host)
+            argv = fill_command(
+                serve.server,
+                {**served.values, "port": str(port)},
+                command=serve.command,
+                extra_args=serve.extra_args,
+                adapter=serve.adapter is not None and served.runtime is None,
+                runtime_lora=served.runtime is not None,
+            )
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+            log_path = log_dir / f"{stamp}-{config.model_id}.log"
+            host = f"[{serve.host}]" if ":" in serve.host else serve.host
+            base_url = f"http://{host}:{port}/v1"
+            public = {"key": served.key, "base_url": base_url, "served_model": served.base_name,
+                      "devices": list(lease.devices), "log": str(log_path), "command": argv}  # fmt: skip
+            spec = {"argv": argv, "public": public, "devices": list(lease.devices),
+                    "idle_timeout": serve.idle_timeout, "stop_timeout": serve.stop_timeout}  # fmt: skip
+            started = time.monotonic()
+            keeper = pool.spawn_keeper(served.key, spec, env=env, pass_fds=lease.fds, log=log_path)
+            entry = _wait_entry(pool, served.key, keeper, started + serve.start_timeout)
+            if entry is not None and entry.get("state") == "failed":
+                raise ServerStartError(
+                    f"serve: cannot start {argv[0]!r} ({entry.get('error')}); install the {serve.server} server "
+                    "or fix serve.command / serve.python"
                 )
-                if record_path is not None:
-                    record_path.unlink(missing_ok=True)
-                say(f"stopped inference server pgid {process.pid} in {took:.1f} s")
-            lease.release()
+            pgid = int(entry["pgid"]) if entry is not None else keeper.pid
+            say(
+                f"started inference server pgid {pgid} for {served.base_name} on {base_url} "
+                f"(devices {','.join(lease.devices) or 'none'}; log {log_path}): {' '.join(argv)}"
+            )
+            why = _wait_ready(lambda: _gone(pool, served.key), base_url, config, started, served.base_name)
+            if why is None:
+                ready_s = time.monotonic() - started
+                write_json_atomic(pool.entry_path(served.key), {**(pool.entry(served.key) or {}), "state": "ready"})
+                say(f"inference server pgid {pgid} ready in {ready_s:.1f} s")
+                return LaunchedServer(base_url, pgid, list(lease.devices), log_path, ready_s,
+                                      model=served.lora_name or served.base_name)  # fmt: skip
+            took = pool.stop(served.key, entry or {"keeper_pid": keeper.pid}, timeout=serve.stop_timeout)
+            keeper.poll()
+            say(f"stopped inference server pgid {pgid} in {took:.1f} s (not ready: {why})")
+            tail = _log_tail(log_path)
+            in_use = "address already in use" in tail.lower() or "errno 98" in tail.lower()
+            if in_use and attempt < _PORT_RETRIES:
+                say(f"inference server could not bind port {port} (taken meanwhile); retrying on another port")
+                continue
+            raise ServerStartError(
+                f"serve: the {serve.server} server for {config.model.name} did not become ready ({why}); "
+                f"log {log_path}, last lines: {tail}"
+            )
+        raise AssertionError("unreachable")
+    finally:
+        lease.release()  # the server inherited the locks: the devices stay held while it runs
 
 
-def _wait_ready(process: Any, base_url: str, config: EvalConfig, started: float) -> str | None:
+def _wait_entry(pool: Pool, key: str, keeper: Any, deadline: float) -> dict[str, Any] | None:
+    """The entry the keeper writes once it started the server (None when the keeper died first)."""
+    while True:
+        entry = pool.entry(key)
+        if entry is not None and (entry.get("state") == "failed" or "pgid" in entry):
+            return entry
+        if keeper.poll() is not None or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _leave(pool: Pool, served: _Served, server: LaunchedServer, config: EvalConfig, say: Callable[[str], None]) -> None:
+    """After the run: stop the server when it is idle and ``idle_timeout`` is 0, else leave it to its keeper."""
+    serve = config.serve
+    assert serve is not None
+    if serve.idle_timeout > 0:
+        say(
+            f"left inference server pgid {server.pgid} running in the server pool (stopped after "
+            f"{serve.idle_timeout:g} s unused)"
+        )
+        return
+    fd = pool.last_user(served.key)
+    if fd is None:
+        say(f"left inference server pgid {server.pgid} running for the other runs using it")
+        return
+    try:
+        entry = pool.entry(served.key)
+        if entry is not None and entry.get("pgid") == server.pgid:
+            took = pool.stop(served.key, entry, timeout=serve.stop_timeout)
+        else:  # its keeper stopped it already (it ended, or was made room for)
+            took = 0.0
+        say(f"stopped inference server pgid {server.pgid} in {took:.1f} s")
+    finally:
+        os.close(fd)
+
+
+def _wait_ready(
+    gone: Callable[[], str | None], base_url: str, config: EvalConfig, started: float, served_model: str
+) -> str | None:
     """None once the server is ready; else why it never got there (exited, or timed out)."""
     serve = config.serve
     assert serve is not None
@@ -236,10 +485,10 @@ def _wait_ready(process: Any, base_url: str, config: EvalConfig, started: float)
     deadline = started + serve.start_timeout
     why = "not started"
     while True:
-        code = process.poll()
-        if code is not None:
-            return f"the server exited with code {code} before it was ready"
-        why_now = _ready(base_url, config.model.name, headers, serve.probe)
+        dead = gone()
+        if dead is not None:
+            return dead
+        why_now = _ready(base_url, served_model, headers, serve.probe, deadline - time.monotonic())
         if why_now is None:
             return None
         why = why_now

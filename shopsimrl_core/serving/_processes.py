@@ -104,11 +104,19 @@ class ServerRecord:
 
 
 def start_group(
-    argv: Sequence[str], *, env: Mapping[str, str], log: IO[bytes], state_dir: Path, devices: Sequence[str]
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    log: IO[bytes],
+    state_dir: Path,
+    devices: Sequence[str],
+    pass_fds: Sequence[int] = (),
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Start *argv* as the leader of a new session with output to *log*, and record it in *state_dir*.
 
-    Returns the process and its record's path (remove it with the group: :func:`stop_group`).
+    *pass_fds* (the devices' lock descriptors) are inherited by the server, so its devices stay locked
+    as long as it runs, whoever launched it. Returns the process and its record's path (remove it with
+    the group: :func:`stop_group`).
 
     Raises:
         OSError: the executable is missing or not executable.
@@ -120,6 +128,7 @@ def start_group(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     record = ServerRecord(
         schema_version=SERVER_RECORD_SCHEMA,
@@ -195,7 +204,7 @@ def reap_orphans(state_dir: Path, *, timeout: float, say: Callable[[str], None])
         if group_alive(record.pgid):
             took = stop_group(record.pgid, record.leader_ticks, timeout=timeout)
             say(
-                f"stopped orphaned inference server pgid {record.pgid} (its run worker pid {record.owner_pid} is gone; "
+                f"stopped orphaned inference server pgid {record.pgid} (its owner pid {record.owner_pid} is gone; "
                 f"devices {','.join(record.devices) or 'none'}) in {took:.1f} s"
             )
             stopped.append(record)

@@ -43,6 +43,8 @@ VALUES = {
     "served_model": "m",
     "python": "/py",
     "gpus_per_server": "2",
+    "gpu_layers": "-1",
+    "max_lora_rank": "32",
 }
 
 
@@ -82,10 +84,10 @@ def test_the_tool_calling_flags_each_server_needs_are_in_its_template() -> None:
     assert "--jinja" in fill_command("llama_server", VALUES)
 
 
-def test_an_adapter_is_served_under_the_checkpoint_name_over_the_base_weights() -> None:
-    argv = fill_command("vllm", VALUES, adapter=True)
-    assert argv[argv.index("--served-model-name") + 1] == "m-base"
-    assert argv[-3:] == ["--enable-lora", "--lora-modules", "m=/a"]
+def test_a_hot_loading_server_starts_its_base_ready_for_adapters_and_others_take_theirs_at_start() -> None:
+    argv = fill_command("vllm", VALUES, runtime_lora=True)
+    assert argv[-3:] == ["--enable-lora", "--max-lora-rank", "32"] and "/a" not in argv
+    assert fill_command("llama_server", VALUES, adapter=True)[-2:] == ["--lora", "/a"]
     with pytest.raises(ConfigError, match="serve.adapter: the shopsim_sandbox server cannot load a LoRA adapter"):
         fill_command("shopsim_sandbox", VALUES, adapter=True)
 
@@ -121,7 +123,7 @@ def test_the_weights_identity_follows_content_not_location(tmp_path: Path) -> No
     assert weights_identity(str(single))["content"] == weights_identity(str(WEIGHTS / "policy-step-000100.json"))[
         "content"
     ]
-    assert weights_identity("Qwen/Qwen3-4B") == {"ref": "Qwen/Qwen3-4B", "content": None}
+    assert weights_identity("hub:Qwen/Qwen3-4B") == {"ref": "Qwen/Qwen3-4B", "content": None}
     assert weights_identity("s3://bucket/ckpt") == {"ref": "s3://bucket/ckpt", "content": None}
 
 
@@ -220,7 +222,10 @@ def test_a_launched_server_is_ready_logged_and_stopped_with_its_group(tmp_path: 
         records = list((tmp_path / "runs" / ".servers").glob("server-*.json"))
         assert len(records) == 1
         record = ServerRecord.read(records[0])
-        assert record is not None and record.pgid == server.pgid and record.owner_pid == os.getpid()
+        # Its owner is the keeper of the pool entry (a process of its own), not this run.
+        [entry] = [json.loads(p.read_text()) for p in (tmp_path / "runs" / ".servers" / "pool").glob("*.json")]
+        assert record is not None and record.pgid == server.pgid == entry["pgid"]
+        assert record.owner_pid == entry["keeper_pid"] != os.getpid()
         assert group_alive(server.pgid)
     assert not group_alive(server.pgid)
     assert not list((tmp_path / "runs" / ".servers").glob("server-*.json"))
@@ -261,14 +266,16 @@ def test_a_server_that_never_gets_ready_is_stopped_at_the_start_timeout(tmp_path
     assert not group_alive(pgid)
 
 
-def test_an_orphan_of_a_sigkilled_owner_is_stopped_by_the_next_launch(tmp_path: Path, sandbox: Any) -> None:
+def _owner_process(tmp_path: Path, sandbox: Any, **serve: Any) -> tuple[Path, subprocess.Popen[str], int]:
+    """A process holding a launched server (gpus ["0"]) until killed: (its config file, the process, the pgid)."""
     config_file = tmp_path / "served.yaml"
     config_file.write_text(yaml.safe_dump({
         "experiment": {"name": "served", "output_dir": str(tmp_path / "runs")},
         "tasks": {"split_file": str(sandbox.split_file), "split": "val"},
         "environment": {"base_url": sandbox.env_url},
         "model": {"name": "ckpt-100", "api_key_env": None},
-        "serve": {"server": "shopsim_sandbox", "weights": str(WEIGHTS / "policy-step-000100.json"), "gpus": ["0"]},
+        "serve": {"server": "shopsim_sandbox", "weights": str(WEIGHTS / "policy-step-000100.json"), "gpus": ["0"],
+                  **serve},
     }))  # fmt: skip
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
@@ -282,14 +289,24 @@ def test_an_orphan_of_a_sigkilled_owner_is_stopped_by_the_next_launch(tmp_path: 
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert owner.stdout is not None
-    pgid = None
     for line in owner.stdout:
         if line.startswith("PGID"):
-            pgid = int(line.split()[1])
-            break
-    assert pgid is not None
-    owner.kill()  # SIGKILL: no finally runs; the server keeps its device
+            return config_file, owner, int(line.split()[1])
+    raise AssertionError("the owner never served")
+
+
+def _kill_owners(tmp_path: Path, owner: subprocess.Popen[str]) -> int:
+    """SIGKILL the run holding the server and the process its record names as owner; that owner's pid."""
+    [record] = [json.loads(p.read_text()) for p in (tmp_path / "runs" / ".servers").glob("server-*.json")]
+    for pid in {owner.pid, record["owner_pid"]}:
+        os.kill(pid, signal.SIGKILL)  # no finally runs: the server keeps running, orphaned
     owner.wait()
+    return int(record["owner_pid"])
+
+
+def test_an_orphan_of_a_sigkilled_owner_is_stopped_by_the_next_launch(tmp_path: Path, sandbox: Any) -> None:
+    config_file, owner, pgid = _owner_process(tmp_path, sandbox)
+    owner_pid = _kill_owners(tmp_path, owner)
     assert group_alive(pgid)
     from shopsimrl_core.runs import load_config
 
@@ -297,7 +314,57 @@ def test_an_orphan_of_a_sigkilled_owner_is_stopped_by_the_next_launch(tmp_path: 
     with launched_server(load_config(config_file), said.append) as server:
         assert not group_alive(pgid)
         assert server.devices == ["0"]
-    assert said[0].startswith(f"stopped orphaned inference server pgid {pgid} (its run worker pid {owner.pid} is gone")
+    assert said[0].startswith(f"stopped orphaned inference server pgid {pgid} (its owner pid {owner_pid} is gone")
+
+
+def test_a_run_waiting_for_a_device_starts_only_after_the_dead_owners_server_is_gone(
+    tmp_path: Path, sandbox: Any
+) -> None:
+    """Defect 1: the device lock lives as long as the server, and the waiting run reaps orphans while it waits."""
+    import threading
+
+    from shopsimrl_core.runs import load_config
+
+    config_file, owner, pgid = _owner_process(tmp_path, sandbox)
+    config = load_config(config_file)
+    said: list[str] = []
+    orphan_alive_at_start: list[bool] = []
+    waiting = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("waiting for"):
+            waiting.set()
+        if line.startswith("started inference server"):
+            orphan_alive_at_start.append(group_alive(pgid))
+
+    def second_run() -> None:
+        with launched_server(config.model_copy(update={"model": config.model.model_copy(update={"name": "other"})}),
+                             say):  # fmt: skip
+            pass
+
+    thread = threading.Thread(target=second_run)
+    thread.start()
+    assert waiting.wait(60), said  # the device is held: the second run waits
+    _kill_owners(tmp_path, owner)
+    thread.join(120)
+    assert not thread.is_alive()
+    assert orphan_alive_at_start == [False], said
+    assert any(line.startswith(f"stopped orphaned inference server pgid {pgid}") for line in said), said
+
+
+def test_a_sigkilled_run_leaves_its_server_to_the_keeper_which_stops_it_when_unused(
+    tmp_path: Path, sandbox: Any
+) -> None:
+    _, owner, pgid = _owner_process(tmp_path, sandbox)
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 60  # the keeper polls every 0.2 s and waits 1 s of disuse
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pgid)
+    assert not list((tmp_path / "runs" / ".servers").glob("server-*.json"))
+    assert not list((tmp_path / "runs" / ".servers" / "pool").glob("*.json"))
 
 
 def test_a_refused_run_starts_no_server_and_writes_nothing(tmp_path: Path, sandbox: Any) -> None:

@@ -333,9 +333,26 @@ class ServeConfig(_Section):
     """Seconds between SIGTERM to the server's process group and SIGKILL."""
     probe: bool = True
     """Send one probe completion (``max_tokens: 1``) before the run; false checks ``/v1/models`` only."""
+    idle_timeout: float = Field(default=0.0, ge=0)
+    """Seconds a launched server stays up unused in the server pool of ``state_dir`` for the next run that
+    serves the same thing (same weights content, server and arguments); 0 = stopped when the last run
+    using it ends."""
+    max_lora_rank: int | None = Field(default=None, ge=1)
+    """Rank limit of a server that hot-loads adapters; null = read ``r`` from the adapter's
+    ``adapter_config.json`` and round up to a limit servers accept (16, 32, 64, ...)."""
 
     @model_validator(mode="after")
     def _command_for_custom(self) -> ServeConfig:
         if self.server == "custom" and self.command is None:
             raise ValueError("serve.server custom needs serve.command (a list of arguments with {port} etc.)")
+        for key in ("weights", "adapter"):
+            value = getattr(self, key)
+            if isinstance(value, str) and value.startswith("-"):
+                raise ValueError(
+                    f"serve.{key}: {value!r} starts with '-' and would be read as a server flag; give a path "
+                    "(prefix a relative one with ./) or a hub id as hub:<id>; flags go into serve.extra_args"
+                )
+        twice = sorted({device for device in self.gpus if self.gpus.count(device) > 1})
+        if twice:
+            raise ValueError(f"serve.gpus: device {twice[0]!r} is listed twice in {self.gpus}; list each device once")
         return self

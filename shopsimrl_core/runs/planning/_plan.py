@@ -80,7 +80,7 @@ def served_identity(config: EvalConfig) -> dict[str, Any]:
     assert serve is not None
     identity: dict[str, Any] = {"server": serve.server, "weights": weights_identity(serve.weights)}
     if serve.adapter is not None:
-        identity["adapter"] = weights_identity(serve.adapter)
+        identity["adapter"] = weights_identity(serve.adapter, "serve.adapter")
     return identity
 
 
