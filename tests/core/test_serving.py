@@ -120,9 +120,10 @@ def test_the_weights_identity_follows_content_not_location(tmp_path: Path) -> No
         assert weights_identity(str(copy))["content"] != first["content"]
     single = tmp_path / "policy.json"
     single.write_bytes((WEIGHTS / "policy-step-000100.json").read_bytes())
-    assert weights_identity(str(single))["content"] == weights_identity(str(WEIGHTS / "policy-step-000100.json"))[
-        "content"
-    ]
+    assert (
+        weights_identity(str(single))["content"]
+        == weights_identity(str(WEIGHTS / "policy-step-000100.json"))["content"]
+    )
     assert weights_identity("hub:Qwen/Qwen3-4B") == {"ref": "Qwen/Qwen3-4B", "content": None}
     assert weights_identity("s3://bucket/ckpt") == {"ref": "s3://bucket/ckpt", "content": None}
 

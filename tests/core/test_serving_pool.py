@@ -5,7 +5,6 @@ policy stands in for vLLM, with vLLM's runtime LoRA endpoints."""
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -36,8 +35,13 @@ def _config(tmp_path: Path, sandbox: Any, *, name: str = "ckpt-100", serve: dict
             "tasks": {"split_file": str(sandbox.split_file), "split": "val", "sample_size": sample},
             "environment": {"base_url": sandbox.env_url},
             "model": {"name": name, "api_key_env": None},
-            "serve": {"server": "shopsim_sandbox", "weights": str(BASE), "start_timeout": 60,
-                      "state_dir": str(tmp_path / "servers"), **(serve or {})},  # fmt: skip
+            "serve": {
+                "server": "shopsim_sandbox",
+                "weights": str(BASE),
+                "start_timeout": 60,
+                "state_dir": str(tmp_path / "servers"),
+                **(serve or {}),
+            },  # fmt: skip
         },
         base_dir=tmp_path,
     )
@@ -90,9 +94,7 @@ def test_concurrent_runs_of_one_identity_start_one_server(tmp_path: Path, sandbo
     assert not group_alive(pgids[0]), "idle_timeout 0: stopped when the last run left"
 
 
-def test_an_idle_pooled_server_makes_room_for_another_identity_on_a_full_gpu_pool(
-    tmp_path: Path, sandbox: Any
-) -> None:
+def test_an_idle_pooled_server_makes_room_for_another_identity_on_a_full_gpu_pool(tmp_path: Path, sandbox: Any) -> None:
     said: list[str] = []
     serve = {"idle_timeout": 600, "gpus": ["0"]}
     with launched_server(_config(tmp_path, sandbox, serve=serve), said.append) as first:
@@ -173,9 +175,7 @@ def test_defect_2_the_probe_waits_no_longer_than_the_start_timeout(tmp_path: Pat
     assert time.monotonic() - started < 60
 
 
-def test_defect_3_a_weights_path_that_does_not_exist_is_refused_before_any_launch(
-    tmp_path: Path, sandbox: Any
-) -> None:
+def test_defect_3_a_weights_path_that_does_not_exist_is_refused_before_any_launch(tmp_path: Path, sandbox: Any) -> None:
     config = _config(tmp_path, sandbox, serve={"weights": "checkpoints/step-00100"})  # a relative typo
     with pytest.raises(ConfigError, match=r"serve.weights: '.*checkpoints/step-00100' does not exist.*hub:") as error:
         build_plan(config)
@@ -215,9 +215,7 @@ def test_defect_6_a_gpu_pool_listing_a_device_twice_is_refused(tmp_path: Path, s
 
 
 @pytest.mark.parametrize("key", ["weights", "adapter"])
-def test_defect_7_values_starting_with_a_dash_never_become_server_flags(
-    tmp_path: Path, sandbox: Any, key: str
-) -> None:
+def test_defect_7_values_starting_with_a_dash_never_become_server_flags(tmp_path: Path, sandbox: Any, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"serve.{key}: '--trust-remote-code' starts with '-'"):
         _config(tmp_path, sandbox, serve={key: "--trust-remote-code"})
     with pytest.raises(ConfigError, match="starts with '-'"):
