@@ -93,6 +93,9 @@ class ShopEnvironment:
         self.index = index or SearchIndex(catalog.records, set(catalog.products))
         self.pool = SlotPool(slots, lease_ttl_s=lease_ttl_s)
         self.dropped_resets = 0
+        self.queued_resets = 0
+        """Resets that found no free slot and waited inside the server (``GET /sandbox/slots``): a client
+        whose slot budget works never causes one (docs/runs.md, "Resets never queue inside the server")."""
         self.latency_ms = float(latency_ms)
         self.faults = FaultInjector(faults)
 
@@ -102,6 +105,7 @@ class ShopEnvironment:
         """Acquire a slot; a reset whose client disconnects while it waits is dropped (no ghost lease)."""
         if request is None or self.pool.free_count > 0:
             return await self.pool.acquire()  # no wait: nothing to watch
+        self.queued_resets += 1
         acquiring = asyncio.ensure_future(self.pool.acquire())
         gone = asyncio.ensure_future(_disconnected(request))
         try:
@@ -324,6 +328,9 @@ class ServerTiming:
 SANDBOX_IDENTITY_PATH = "/sandbox/identity"
 """Sandbox-only route (the real server has none): lets a client tell this sandbox from another server."""
 
+SANDBOX_SLOTS_PATH = "/sandbox/slots"
+"""Sandbox-only route (the real server has none): slot counters a test reads from outside the process."""
+
 
 def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults: FaultConfig | None = None,
                   index: SearchIndex | None = None, catalog_sha256: str | None = None,
@@ -335,6 +342,10 @@ def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults
     its client disconnects (no ghost lease).
 
     With `server_timing`, every response also carries `server-timing: app;dur=<ms>` (`ServerTiming`).
+
+    `GET /sandbox/slots` (sandbox-only) answers `{environment_slots, free_slots, queued_resets,
+    dropped_resets}`: how many resets had to wait inside the server for a slot, and how many of those
+    were dropped because their client went away.
 
     With `catalog_sha256` (the SHA-256 of the served catalog file's bytes, as recorded in the split
     file's `source.cleaned_archive_sha256`), `GET /sandbox/identity` answers
@@ -354,6 +365,16 @@ def build_env_app(catalog: Catalog, *, slots: int, latency_ms: float = 0, faults
             return _json_response(identity)
 
         routes.append(Route(SANDBOX_IDENTITY_PATH, sandbox_identity, methods=["GET"]))
+
+    async def sandbox_slots(request: Request) -> Response:
+        return _json_response({
+            "environment_slots": env.pool.size,
+            "free_slots": env.pool.free_count,
+            "queued_resets": env.queued_resets,
+            "dropped_resets": env.dropped_resets,
+        })
+
+    routes.append(Route(SANDBOX_SLOTS_PATH, sandbox_slots, methods=["GET"]))
     app = Starlette(routes=routes, middleware=[Middleware(ServerTiming)] if server_timing else None)
     app.state.environment = env
     return app

@@ -245,3 +245,87 @@ def test_a_cancelled_wait_passes_its_unit_on() -> None:
         assert budget.used == 1 and not budget._waiters
 
     asyncio.run(go())
+
+
+# -- issue 33 (5b): the budget never grows past the server, nor on a probe during its own release ----------
+
+
+class QueueingServer(SlotServer):
+    """Like the real server: a reset with no free slot waits inside the server (counted), and a release frees
+    the slot before its answer reaches the client (the window a probe used to misread)."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self.queued = 0
+        self.freed = asyncio.Event()
+
+    async def release_one(self, env_idx: int, lease_id: str) -> None:
+        await super().release_one(env_idx, lease_id)
+        self.freed.set()
+        await asyncio.sleep(0.05)  # the answer on its way back
+
+    def session(self) -> Any:
+        return _QueueingSession(self)
+
+
+class _QueueingSession(_Session):
+    server: QueueingServer
+
+    async def reset(self, task_id: int) -> dict[str, Any]:
+        if None not in self.server.slots:
+            self.server.queued += 1
+            while None not in self.server.slots:
+                self.server.freed.clear()
+                await self.server.freed.wait()
+        return await super().reset(task_id)
+
+
+def test_a_probe_during_the_runs_own_release_grows_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """2 slots, 4 episodes at once, probes every 10 ms: each release's slot shows free on /healthz before the
+    release answer is back. Before, a probe then grew the budget to used + free = 3 and resets queued inside
+    the server (issue 33: 8 resets queued in 1 of 7 runs against the real server code)."""
+    from shopsimrl_core.runs.leases import _slot_budget
+
+    monkeypatch.setattr(_slot_budget, "_BUDGET_PROBE_S", 0.01)
+    server = QueueingServer(2)
+    most: list[int] = []
+
+    async def go() -> None:
+        env = _environment(tmp_path, server, [], wanted_slots=4)
+        await env.recover()
+
+        async def episode(task: int) -> None:
+            session = env.session()
+            await session.reset(task)
+            most.append(env.budget.capacity or 0)
+            await asyncio.sleep(0.03)
+            await session.close()
+
+        async def worker(tasks: range) -> None:
+            for task in tasks:
+                await episode(task)
+
+        await asyncio.gather(*(worker(range(w * 10, w * 10 + 10)) for w in range(4)))
+        assert env.budget.used == 0 and getattr(env.budget, "releasing", 0) == 0
+
+    asyncio.run(go())
+    assert server.calls.count("reset") == 40
+    assert server.queued == 0 and max(most) == 2
+
+
+def test_the_budget_never_exceeds_the_servers_slots() -> None:
+    """A probe reading more free slots than the server has room for (another client released some while this
+    run's count is stale) still leaves the capacity at the server's size."""
+
+    async def probe() -> dict[str, Any]:
+        return {"environment_slots": 2, "free_slots": 2}
+
+    async def go() -> None:
+        budget = SlotBudget(probe)
+        budget.set_capacity(2, slots=2)
+        await budget.take()
+        await budget.take()
+        await budget._grow()
+        assert budget.capacity == 2
+
+    asyncio.run(go())

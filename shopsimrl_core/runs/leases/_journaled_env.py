@@ -253,7 +253,7 @@ class JournaledEnvironment:
         lost = min(unanswered, slots - free) if 0 <= free < slots else 0
         if lost:
             self.last_lost = f"{lost} reset(s) of a killed invocation that went unanswered"
-        self.budget.set_capacity(max(free, 0) + lost, lost=lost)
+        self.budget.set_capacity(max(free, 0) + lost, lost=lost, slots=slots)
 
     async def _release_entries(
         self, entries: list[dict[str, Any]], journal: LeaseJournal | None = None
@@ -446,11 +446,13 @@ class JournaledSession:
         release.add_done_callback(owner._releases.discard)
         if self._budgeted:
             self._budgeted = False
-            # the unit comes back once the server no longer holds the slot (a failed release keeps it)
+            # the unit comes back once the server no longer holds the slot (a failed release keeps it);
+            # meanwhile a probe must not count the slot this release frees as new capacity
+            owner.budget.release_started()
             release.add_done_callback(
-                lambda done: owner.slot_returned()
-                if not done.cancelled() and done.exception() is None and done.result() is True
-                else None
+                lambda done: owner.budget.release_done(
+                    not done.cancelled() and done.exception() is None and done.result() is True
+                )
             )
         try:
             ok = await asyncio.shield(release)

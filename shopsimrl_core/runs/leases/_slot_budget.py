@@ -48,6 +48,11 @@ class SlotBudget:
         lease: never given back, forgiven when ``/healthz`` shows the server has those slots free."""
         self._probe = probe
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.slots: int | None = None
+        """The server's slot count (``environment_slots`` of ``/healthz``): the capacity never exceeds it."""
+        self.releasing = 0
+        """Releases of this run's budgeted leases sent but not yet given back: the server may already show
+        their slots free, yet each is promised to this run's next waiter (:meth:`release_started`)."""
 
     def _free(self) -> bool:
         return self.capacity is None or self.used < self.capacity
@@ -59,9 +64,14 @@ class SlotBudget:
                 self.used += 1  # the unit is the waiter's from now on
                 waiter.set_result(None)
 
-    def set_capacity(self, capacity: int | None, *, lost: int = 0) -> None:
-        """Set how many units the server has for this run; *lost* of them start used (see :meth:`keep_lost`)."""
-        self.capacity = capacity
+    def set_capacity(self, capacity: int | None, *, lost: int = 0, slots: int | None = None) -> None:
+        """Set how many units the server has for this run; *lost* of them start used (see :meth:`keep_lost`).
+
+        *slots*: the server's size, an upper bound the capacity keeps from now on.
+        """
+        if slots is not None:
+            self.slots = slots
+        self.capacity = capacity if capacity is None or self.slots is None else min(capacity, self.slots)
         self.lost += lost
         self.used += lost
         self._wake()
@@ -98,6 +108,20 @@ class SlotBudget:
         self.used = max(0, self.used - 1)
         self._wake()
 
+    def release_started(self) -> None:
+        """Note that a budgeted lease's release is on its way.
+
+        Until :meth:`release_done`, a slot ``/healthz`` shows free may be this one (issue 33: counting it
+        as new capacity grew the budget past the server).
+        """
+        self.releasing += 1
+
+    def release_done(self, returned: bool) -> None:
+        """The release ended: its unit comes back when the server no longer holds the slot (*returned*)."""
+        self.releasing = max(0, self.releasing - 1)
+        if returned:
+            self.give()
+
     def keep_lost(self) -> None:
         """The unit of a reset whose answer was lost after the server may have granted it stays used."""
         self.lost += 1
@@ -115,13 +139,21 @@ class SlotBudget:
         except Exception:
             return
         free = health.get("free_slots") if isinstance(health, dict) else None
+        slots = health.get("environment_slots") if isinstance(health, dict) else None
+        if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0:
+            self.slots = slots
         if isinstance(free, int) and not isinstance(free, bool) and free > 0:
+            # slots our own releases in flight have freed are already promised to our next waiters
+            # (their units come back through release_done): they are no new capacity
+            free = max(0, free - self.releasing)
             # more free than we think: first the lost answers that held nothing (the server dropped
             # those resets) come back, then the rest is slots another client released
             forgiven = min(self.lost, max(0, free - (self.capacity - self.used)))
             self.lost -= forgiven
             self.used -= forgiven
             # every other reset of ours is counted in used (granted, or waiting in the server only when
-            # others took the slots: then free is 0), so used + free is what the server can give us
-            self.capacity = max(self.capacity, self.used + free)
+            # others took the slots: then free is 0), so used + free is what the server can give us —
+            # and never more than the server has
+            grown = max(self.capacity, self.used + free)
+            self.capacity = grown if self.slots is None else min(grown, self.slots)
             self._wake()
