@@ -36,6 +36,7 @@ _EXTENSIONS: list[str] = [
     "shopsimrl_core.cli._skills_verbs:register_skills_cli",
     "shopsimrl_core.viewer._app:register_view_cli",
     "shopsimrl_core.cli._power_verbs:register_power_cli",
+    "shopsimrl_core.cli._training_verbs:register_training_cli",
 ]
 
 

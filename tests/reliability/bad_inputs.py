@@ -442,6 +442,40 @@ def plain_dir_verb(verb: str) -> Callable[[Path, Servers | None], list[str]]:
     return build
 
 
+_TRAIN_SPLITS = {
+    "schema_version": "shopsimrl-persona-splits-v1",
+    "version": "bad-training-v1",
+    "splits": {"train": {"role": "train", "persona": True, "task_ids": [1, 2]},
+               "test": {"role": "test", "persona": True, "task_ids": [4]}},
+}
+
+
+def training_case(
+    training: dict[str, Any] | None = None,
+    *,
+    split: str = "train",
+    task_lines: tuple[tuple[int, str], ...] = ((1, "train"), (2, "train")),
+) -> Callable[[Path, Servers | None], list[str]]:
+    """`shopsimrl training preflight` of a training YAML over the sandbox, valid but for *training*'s dotted keys,
+    the evaluation's split and the task data's ``(task_id, split)`` lines."""
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        assert srv is not None
+        (folder / "splits.json").write_text(json.dumps(_TRAIN_SPLITS), encoding="utf-8")
+        _cfg(folder, _set(_base(srv), "tasks.split", split))
+        lines = [json.dumps({"prompt": str(t), "metadata": {"schema_version": "shopsimrl-slime-tasks-v1",
+                                                             "task_id": t, "split": name}}) for t, name in task_lines]
+        (folder / "tasks.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        data: dict[str, Any] = {"evaluation": "eval.yaml", "out_dir": "train-out", "task_data": "tasks.jsonl",
+                                "backend": {"kind": "vllm-chat"}}
+        for dotted, value in (training or {}).items():
+            _set(data, dotted, value(srv) if callable(value) else value)
+        (folder / "training.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+        return ["training", "preflight", str(folder / "training.yaml")]
+
+    return build
+
+
 CASES: list[Case] = [
     # --- the config file itself
     Case("config-missing", "config path that does not exist", cli("run", "TMP/nope.yaml"), 2, "input-missing"),
@@ -2242,6 +2276,27 @@ CASES: list[Case] = [
         "model-unreachable",
         needs_servers=True,
     ),
+    # --- training (issue 30): `shopsimrl training preflight`, one line per problem
+    Case("training-top-p", "training `sampling.top_p: 0.9` with exact tokens (the kept set cannot be replayed)",
+         training_case({"sampling.top_p": 0.9}), 2, "training-preflight", needs_servers=True),
+    Case("training-top-k", "training `sampling.top_k: 50` with exact tokens",
+         training_case({"sampling.top_k": 50}), 2, "training-preflight", needs_servers=True),
+    Case("training-no-logprobs", "training backend that answers without token ids or logprobs (an HTML page)",
+         training_case({"backend.base_url": lambda s: s.html_url}), 2, "training-preflight", needs_servers=True),
+    Case("training-tokenizer-missing", "training `backend.kind: sglang-generate` with a tokenizer folder that "
+         "does not exist", training_case({"backend.kind": "sglang-generate", "backend.tokenizer": "no-such-folder"}),
+         2, "training-preflight", needs_servers=True),
+    Case("training-test-split", "training on the test split (guarded)",
+         training_case(split="test", task_lines=((4, "test"),)), 2, "training-preflight", needs_servers=True),
+    Case("training-test-task", "training task data holding a test task",
+         training_case(task_lines=((1, "train"), (2, "train"), (4, "train"))), 2, "training-preflight",
+         needs_servers=True),
+    Case("training-task-missing", "training task data missing a frozen train task",
+         training_case(task_lines=((1, "train"),)), 2, "training-preflight", needs_servers=True),
+    Case("training-group-size", "training `group_size: 0`",
+         training_case({"group_size": 0}), 2, "config-invalid", needs_servers=True),
+    Case("training-unknown-key", "training config with a misspelt key (`group_sise`)",
+         training_case({"group_sise": 4}), 2, "config-invalid", needs_servers=True),
 ]
 
 

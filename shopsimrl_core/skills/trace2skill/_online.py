@@ -8,6 +8,8 @@ candidates document the round's pool is built from.
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,44 @@ from shopsimrl_core.skills.trace2skill._pipeline import (
 )
 from shopsimrl_core.skills.trace2skill._prompts import ONLINE_FAILURE_ANALYSIS_SCHEMA
 
-__all__ = ["run_online_failure_analysis"]
+__all__ = ["run_online_failure_analysis", "pending_analysis_episodes"]
+
+
+def pending_analysis_episodes(training_dir: str | Path) -> list[str]:
+    """The episodes a training round's triage marked "full-skill failure pending analysis", in group order.
+
+    Reads ``<training_dir>/triage/*.json`` (``shopsimrl-grpo-triage-v1``, the training session's documents):
+    the failures that even the full skill text could not fix are the online analysis's input set.
+
+    Raises:
+        SkillError (``trace2skill-input``): no triage folder, or a document that does not parse.
+    """
+    from shopsimrl_core.documents._base import DocumentError
+    from shopsimrl_core.documents._training import GroupTriage
+
+    folder = Path(training_dir) / "triage"
+    if not folder.is_dir():
+        raise SkillError(f"{folder}: no triage documents; point at a training round's out_dir",
+                         code="trace2skill-input")
+    episodes: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            triage = GroupTriage.parse(json.loads(path.read_text(encoding="utf-8")), str(path))
+        except (ValueError, DocumentError) as exc:
+            raise SkillError(f"{path}: not a triage document ({str(exc).splitlines()[0]})",
+                             code="trace2skill-input") from None
+        episodes.extend(triage.pending_analysis_episode_ids)
+    return episodes
 
 
 def run_online_failure_analysis(cfg: Trace2SkillConfig, active_bank: dict[str, Any], *, round_id: str,
-                                proposal_checkpoint: str, max_candidates: int = 6) -> dict[str, Any]:
+                                proposal_checkpoint: str, max_candidates: int = 6,
+                                episode_ids: Sequence[str] | None = None) -> dict[str, Any]:
     """Audit a training round's FAILED train episodes live and turn the proposals into candidates.
+
+    *episode_ids* restricts the audit to those episodes — a round's "full-skill failure pending analysis"
+    episodes (:func:`pending_analysis_episodes`), so the next candidates come from what training could not
+    learn; the document records them under ``input_episode_ids``.
 
     Writes ``online_failure_analysis.json`` (``shopsimrl-online-failure-analysis-v1``), the cards,
     and ``trace2skill_candidates.json``, which ``build_candidate_pool`` turns into the round's pool:
@@ -43,7 +77,10 @@ def run_online_failure_analysis(cfg: Trace2SkillConfig, active_bank: dict[str, A
     if problems:
         raise SkillError("online analysis: " + "; ".join(problems), code="trace2skill-config")
     out = Path(cfg.output_dir)
-    records = load_train_traces(cfg.traces, cfg.expected_trajectories)
+    if episode_ids is not None:
+        records = load_train_traces(cfg.traces, None, only=episode_ids)
+    else:
+        records = load_train_traces(cfg.traces, cfg.expected_trajectories)
     active = [s for s in active_bank.get("skills", []) if s.get("enabled") is not False]
     active_ids = [s["skill_id"] for s in active]
     cards, errors = asyncio.run(_analyse(cfg, out, records, stage="online", active_chunk_ids=active_ids,
@@ -78,6 +115,7 @@ def run_online_failure_analysis(cfg: Trace2SkillConfig, active_bank: dict[str, A
     document = {"schema_version": ONLINE_FAILURE_ANALYSIS_SCHEMA, "created_at": _now(), "round_id": round_id,
                 "proposal_checkpoint": proposal_checkpoint, "current_skillbank_sha256": fingerprint(active_bank),
                 "identity": identity, "failures_audited": len(cards),
+                **({"input_episode_ids": list(episode_ids)} if episode_ids is not None else {}),
                 "eligible_cards": sum(1 for c in cards if c["eligible_for_consolidation"]),
                 "proposals": [{k: p[k] for k in ("chunk_id", "operation", "target_chunk_id", "failure_mechanism",
                                                  "source_card_ids", "content")} for p in proposals],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,12 +114,17 @@ class Trace2SkillResult:
 # --------------------------------------------------------------------------- loading
 
 
-def load_train_traces(path: str | Path, expected: int | None = None) -> list[dict[str, Any]]:
+def load_train_traces(path: str | Path, expected: int | None = None, *,
+                      only: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The latest record per ``episode_id`` of a TRAIN traces file, validated as §18.2 step 1 says.
+
+    *only* keeps just those episodes (e.g. a training round's "full-skill failure pending analysis" episodes,
+    ``pending_analysis_episode_ids`` of its triage documents); each of them must be in the file.
 
     Raises:
         SkillError (``trace2skill-input``): a line that does not parse, a record that is not a
-            completed v4 train trace with binary ``r_success``, or a count other than *expected*.
+            completed v4 train trace with binary ``r_success``, a count other than *expected*, or an
+            episode of *only* that the file does not hold.
     """
     source = Path(path)
     if not source.is_file():
@@ -138,6 +143,14 @@ def load_train_traces(path: str | Path, expected: int | None = None) -> list[dic
             if not isinstance(eid, str) or not eid:
                 raise SkillError(f"{source}:{number}: record has no string episode_id", code="trace2skill-input")
             latest[eid] = record
+    if only is not None:
+        wanted = set(only)
+        missing = sorted(wanted - set(latest))
+        if missing:
+            raise SkillError(f"{source}: holds no episode {missing[0]} ({len(missing)} of the requested episodes "
+                             "missing); pass the traces of the round the triage documents come from",
+                             code="trace2skill-input")
+        latest = {k: v for k, v in latest.items() if k in wanted}
     records = [latest[k] for k in sorted(latest)]
     for record in records:
         eid = record["episode_id"]
