@@ -7,9 +7,17 @@ A comparison (runtime-semantics §20) estimates the mean over tasks of a per-tas
     δ ≥ (z_{1−α/2} + z_{1−β}) · σ_d / √T        (the minimum detectable difference, MDE)
     T ≥ (z_{1−α/2} + z_{1−β})² · σ_d² / δ²       (the tasks needed to detect δ)
 
-(the normal-approximation paired design, e.g. Chow, Shao & Wang, *Sample Size Calculations in
-Clinical Research*, 2nd ed., 2008, section 3.1; for a 0/1 metric with one repeat ``σ_d² = ψ − δ²`` with ψ the
-discordant share, Connor 1987's McNemar setting).
+(the normal approximation for the mean of paired differences — a one-sample z test on ``d_t``, e.g.
+Chow, Shao & Wang, *Sample Size Calculations in Clinical Research*, 2nd ed., 2008, section 3.1 — named
+``normal_paired_difference`` wherever it is recorded).
+
+This is **not** McNemar's sample size. For a 0/1 metric with one repeat ``σ_d² = ψ − δ²`` (ψ the discordant
+share), the setting of Connor (*Biometrics* 43, 1987), whose McNemar formula
+``(z_{1−α/2}·√ψ + z_{1−β}·√(ψ − δ²))² / δ²`` uses the null variance ψ for the first term and asks for a few
+more tasks (312 instead of 307 at ψ = 0.4, δ = 0.1). The number here is the one for the test the comparison
+runs (its interval on the mean task difference, with the variance estimated): computed exactly over the
+trinomial outcomes, that test has 79.97 % power at 307 tasks, McNemar's test 79.58 %
+(``tests/core/test_power.py``).
 
 With repeats, ``σ_d²`` at ``R`` repeats per task is ``σ²_between + σ²_within / R``: the one-way
 random-effects (ANOVA) decomposition of the episode-level values (Searle, Casella & McCulloch,
@@ -62,7 +70,9 @@ def minimum_detectable_difference(
 def required_tasks(difference: float, task_variance: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
     """Fewest tasks whose paired comparison detects *difference* with *power* at level *alpha*.
 
-    ``ceil((z_{1−α/2} + z_{power})² · σ_d² / δ²)``, at least 1 (also when ``σ_d² = 0``).
+    ``ceil((z_{1−α/2} + z_{power})² · σ_d² / δ²)``, at least 1 (also when ``σ_d² = 0``): the normal
+    approximation for the paired mean difference (``normal_paired_difference``), not McNemar's formula
+    (see the module docstring).
 
     Raises:
         ValueError: *difference* is not positive, or alpha/power outside (0, 1).

@@ -34,22 +34,67 @@ def test_the_issue_23_published_test_case() -> None:
     assert minimum_detectable_difference(None, 400) is None and minimum_detectable_difference(0.1, 0) is None
 
 
-def test_paired_proportion_sample_size_matches_the_textbook_formula() -> None:
-    # Paired 0/1 outcomes with discordant shares p10 = 0.15 (B fails, A succeeds) and p01 = 0.25:
-    # δ = 0.10, ψ = 0.40, σ_d² = ψ − δ². Normal-approximation paired formula, written out here, and
-    # Connor (1987)'s McNemar formula n = (z_a·√ψ + z_b·√(ψ − δ²))² / δ², which differs only in the
-    # variance under the null: both within 2 %.
-    p10, p01 = 0.15, 0.25
+def _trinomial(n: int, p10: float, p01: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every outcome of *n* paired 0/1 tasks: counts of d = +1 (*up*), d = −1 (*down*), and its probability."""
+    up, down = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    same = n - up - down
+    ok = same >= 0
+    log_choose = np.vectorize(math.lgamma)
+    log_p = (
+        math.lgamma(n + 1) - log_choose(up + 1) - log_choose(down + 1) - log_choose(np.where(ok, same, 0) + 1)
+        + up * math.log(p01) + down * math.log(p10) + np.where(ok, same, 0) * math.log(1 - p10 - p01)
+    )
+    return up[ok], down[ok], np.exp(log_p[ok])
+
+
+def exact_power_of_the_paired_difference_test(n: int, p10: float, p01: float, z: float = 1.959963984540054) -> float:
+    """P(|mean d| / (sd(d, ddof=1)/√n) > z) over all outcomes: the test the comparison's interval makes."""
+    up, down, prob = _trinomial(n, p10, p01)
+    mean = (up - down) / n
+    var = (up + down - n * mean**2) / (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reject = (var > 0) & (np.abs(mean) > z * np.sqrt(var / n))
+    return float(prob[reject].sum())
+
+
+def exact_power_of_mcnemars_test(n: int, p10: float, p01: float, z: float = 1.959963984540054) -> float:
+    """P(|b − c| / √(b + c) > z) over all outcomes: McNemar's (asymptotic) test."""
+    up, down, prob = _trinomial(n, p10, p01)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reject = (up + down > 0) & (np.abs(up - down) > z * np.sqrt(up + down))
+    return float(prob[reject].sum())
+
+
+def test_the_paired_sample_size_is_the_normal_approximation_not_mcnemars() -> None:
+    """Issue 33: the old test restated the code's own formula. Checked here against what does not share it:
+    the exact power of the paired-difference test, by enumerating every outcome of n tasks (no formula, no
+    sampling), and Connor (1987)'s McNemar sample size, a different formula on the same inputs."""
+    p10, p01 = 0.15, 0.25  # discordant shares: B fails where A succeeds, and the reverse
     delta, psi = p01 - p10, p01 + p10
-    za, zb = 1.959963984540054, 0.8416212335729143
-    textbook = math.ceil((za + zb) ** 2 * (psi - delta**2) / delta**2)
-    connor = (za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2
     n = required_tasks(delta, psi - delta**2)
-    assert n == textbook == 307
-    assert abs(n - connor) / connor < 0.02
+    assert n == 307
+    # the design has its nominal power for the test the comparison runs (exactly: 79.97 %) ...
+    assert exact_power_of_the_paired_difference_test(n, p10, p01) == pytest.approx(0.80, abs=0.002)
+    assert exact_power_of_the_paired_difference_test(n - 10, p10, p01) < 0.795
+    # ... but it is not McNemar's sample size: Connor's formula asks for 312, and McNemar's test is short
+    # of 80 % at 307 (it needs 311 exactly), so the method must not be called McNemar's
+    za, zb = 1.959963984540054, 0.8416212335729143
+    connor = math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2)
+    assert connor == 312
+    assert exact_power_of_mcnemars_test(n, p10, p01) < 0.797
+    assert exact_power_of_mcnemars_test(connor, p10, p01) >= 0.80
     with pytest.raises(ValueError):
         required_tasks(0.0, 0.1)
     assert required_tasks(0.1, 0.0) == 1
+
+
+def test_the_method_is_named_as_it_is() -> None:
+    import shopsimrl_core.analysis._power as power_module
+
+    doc = (power_module.__doc__ or "") + (required_tasks.__doc__ or "")
+    assert "normal_paired_difference" in doc and "not** McNemar" in doc
+    text = (Path(__file__).resolve().parents[2] / "docs" / "statistics.md").read_text(encoding="utf-8")
+    assert "is **not** McNemar's sample size" in text and "312" in text
 
 
 def test_the_required_design_has_its_nominal_power_in_simulation() -> None:
