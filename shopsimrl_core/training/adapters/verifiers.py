@@ -23,9 +23,9 @@ environment client once per eval and closes it after).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 try:
     import verifiers.v1 as vf  # type: ignore[import-untyped]  # verifiers ships no type information
@@ -118,7 +118,16 @@ class _Evaluation:
 
     path: str
     plan: Any  # runs.planning._plan.EvalPlan
-    env: Any = None  # ShopSimulatorClient (or pool), opened by ShopSimEnv.start
+    env: Any = None  # ShopSimulatorClient (or pool), opened by ShopSimEnv.start (mode evaluate)
+    session: Any = None  # TrainingSession, opened by ShopSimEnv.start (mode train)
+    played: dict[int, int] = field(default_factory=dict)
+    """Mode train: rollouts started per task; the next one is sample ``played % group_size`` of its group."""
+
+    def next_sample(self, task_id: int, group_size: int) -> int:
+        """The group position of the task's next rollout (verifiers starts a task's ``-r`` rollouts together)."""
+        count = self.played.get(task_id, 0)
+        self.played[task_id] = count + 1
+        return count % group_size
 
 
 def _load_plan(path: str) -> Any:
@@ -161,6 +170,19 @@ class ShopSimTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
 
     config: str = ""
     """The eval YAML (the file ``shopsimrl run`` takes): split, sample, seeds, environment, prompt, skills."""
+    mode: Literal["evaluate", "train"] = "evaluate"
+    """``evaluate``: one task per planned job (``shopsimrl run``'s tasks, samples and seeds). ``train``: one task
+    per task of a train split, each rollout one sample of a GRPO group played by ``TrainingSession``
+    (traces with the training block, triage documents) — set ``-r`` to ``group_size``."""
+    out_dir: str = ""
+    """Mode train: the training session's folder (traces.jsonl, triage/, leases)."""
+    group_size: int = 1
+    """Mode train: samples per group; must equal vf-eval's ``-r`` (rollouts per task)."""
+    curriculum: str | None = None
+    """Mode train: the round's ``curriculum.json`` (one skill assignment per group)."""
+    diagnostic_retry: bool = False
+    """Mode train: the all-skills retry of a failed group. Off by default: the retry would be played through the
+    last rollout's interception and recorded (and trained on) as part of that rollout."""
 
 
 class ShopSimTaskData(vf.TaskData):  # type: ignore[misc]
@@ -172,6 +194,8 @@ class ShopSimTaskData(vf.TaskData):  # type: ignore[misc]
     split: str
     config: str
     """Absolute path of the eval YAML the job belongs to."""
+    mode: str = "evaluate"
+    """``evaluate`` (the job as planned) or ``train`` (a sample of the task's next group; seed set by the session)."""
 
 
 class ShopSimTask(vf.Task[ShopSimTaskData, vf.State, vf.TaskConfig]):  # type: ignore[misc]
@@ -213,9 +237,11 @@ class ShopSimTaskset(vf.Taskset[ShopSimTask, ShopSimTasksetConfig]):  # type: ig
         return self._plan
 
     def load(self) -> list[ShopSimTask]:
-        """One task per planned job."""
+        """One task per planned job (mode evaluate) or per planned task (mode train)."""
         plan = self.plan
         path = str(Path(self.config.config).resolve())
+        train = self.config.mode == "train"
+        jobs = [job for job in plan.jobs if job.sample_id == 0] if train else plan.jobs
         return [
             ShopSimTask(
                 ShopSimTaskData(
@@ -228,10 +254,11 @@ class ShopSimTaskset(vf.Taskset[ShopSimTask, ShopSimTasksetConfig]):  # type: ig
                     seed=job.seed,
                     split=job.split,
                     config=path,
+                    mode=self.config.mode,
                 ),
                 self.config.task,
             )
-            for job in plan.jobs
+            for job in jobs
         ]
 
 
@@ -266,6 +293,8 @@ class ShopSimHarness(vf.Harness[ShopSimHarnessConfig]):  # type: ignore[misc]
         from shopsimrl_core.episode._runtime import EpisodeSettings, run_episode
         from shopsimrl_core.runs.planning._jobs import EpisodeJob
 
+        if data.mode == "train":
+            return await self._train(ctx, trace, endpoint, secret, data)
         evaluation = _OPEN.get(data.config)
         own_env = evaluation is None
         plan = evaluation.plan if evaluation is not None else _load_plan(data.config)
@@ -301,14 +330,38 @@ class ShopSimHarness(vf.Harness[ShopSimHarnessConfig]):  # type: ignore[misc]
             await client.close()
             if own_env:
                 await env.aclose()
-        trace.info[INFO_KEY] = episode_summary(record)
-        if record["status"] != "completed":
-            error = record.get("error") or {}
-            raise vf.HarnessError(
-                f"episode {record['episode_id']} failed at {error.get('stage')}: "
-                f"{error.get('type')}: {error.get('message')}"
-            )
-        return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+        return _finish(trace, record)
+
+    async def _train(self, ctx: Any, trace: Any, endpoint: str, secret: str, data: Any) -> Any:
+        """Mode train: one sample of the task's next group, played by the env's ``TrainingSession``."""
+        evaluation = _OPEN.get(data.config)
+        if evaluation is None or evaluation.session is None:
+            raise vf.HarnessError(f"{PLUGIN_ID}: mode train needs the env {ShopSimEnv.__name__} (its start() opens "
+                                  "the training session); run it with its own env, not --env.id")
+        session = evaluation.session
+        builder, _ = _body_builder(session.plan.config.model, ctx)
+        m = session.plan.config.model
+        client = AsyncOpenAI(
+            base_url=endpoint, api_key=secret, timeout=m.timeout, max_retries=max(0, m.max_retries - 1)
+        )
+        index = evaluation.next_sample(data.task_id, session.group_size)
+        try:
+            episode = await session.play(data.task_id, index, model=InterceptedChatModel(client, builder))
+        finally:
+            await client.close()
+        return _finish(trace, episode.record)
+
+
+def _finish(trace: Any, record: dict[str, Any]) -> Any:
+    """Leave the episode's summary on the verifiers trace; a failed (aborted) episode fails the rollout."""
+    trace.info[INFO_KEY] = episode_summary(record)
+    if record["status"] != "completed":
+        error = record.get("error") or {}
+        raise vf.HarnessError(
+            f"episode {record['episode_id']} failed at {error.get('stage')}: "
+            f"{error.get('type')}: {error.get('message')}"
+        )
+    return vf.ProgramResult(exit_code=0, stdout="", stderr="")
 
 
 def _body_builder(m: Any, ctx: Any) -> tuple[ChatModelClient, dict[str, Any]]:
@@ -371,10 +424,23 @@ class ShopSimEnv(vf.Env[ShopSimEnvConfig]):  # type: ignore[misc]
     """The single-agent env of the ShopSimulator taskset; holds one environment client per eval."""
 
     async def start(self) -> None:
-        """Open the environment client of the taskset's eval YAML (one connection pool for all episodes)."""
-        taskset = self.taskset
-        plan = taskset.plan
-        path = str(Path(taskset.config.config).resolve())
+        """Open the environment client (mode evaluate) or the training session (mode train) of the eval YAML."""
+        config = self.taskset.config
+        plan = self.taskset.plan
+        path = str(Path(config.config).resolve())
+        if config.mode == "train":
+            from shopsimrl_core._errors import ConfigError
+            from shopsimrl_core.training._session import TrainingSession
+
+            if not config.out_dir:
+                raise ConfigError(f"{PLUGIN_ID}: mode train needs env.taskset.out_dir (the training session's "
+                                  "folder); pass --env.taskset.out-dir PATH", code="config-invalid")
+            session = TrainingSession.from_config(
+                plan.config, backend=None, out_dir=config.out_dir, group_size=config.group_size,
+                curriculum=config.curriculum, diagnostic_retry=config.diagnostic_retry, adapter="verifiers")
+            await session.__aenter__()
+            _OPEN[path] = _Evaluation(path=path, plan=plan, session=session)
+            return
         env = _environment_client(plan)
         await env.__aenter__()
         _OPEN[path] = _Evaluation(path=path, plan=plan, env=env)
@@ -385,6 +451,8 @@ class ShopSimEnv(vf.Env[ShopSimEnvConfig]):  # type: ignore[misc]
         evaluation = _OPEN.pop(path, None)
         if evaluation is not None and evaluation.env is not None:
             await evaluation.env.aclose()
+        if evaluation is not None and evaluation.session is not None:
+            await evaluation.session.__aexit__(None, None, None)
 
     async def run(self, task: Any, agents: Any) -> None:
         """One episode: the one seat plays the task."""
