@@ -67,6 +67,8 @@ class _Completion:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    cut: tuple[str | None, list[dict[str, Any]]] | None = None
+    """What a ``length`` stop cut off (content, calls): exact-token answers sample its first max_tokens tokens."""
 
 
 class _PolicyServer:
@@ -91,14 +93,22 @@ class _PolicyServer:
         has_seed = isinstance(body.get("seed"), int) and not isinstance(body.get("seed"), bool)
         request_seed = body["seed"] if has_seed else 0
         transcript = read_transcript(messages, tools)
-        rng = random.Random(f"{self.seed}|{request_seed}|{transcript.instruction}|{transcript.observation}")
+        # A sampling temperature above 0 is part of what is sampled, as with a real model: the same seed at
+        # 0.2 and at 0.7 draws two different episodes (issue 33: 128 of 128 rewards were identical). Greedy
+        # (0, or none sent) keeps the draws of earlier versions. The lapse *rates* do not depend on it.
+        temperature = body.get("temperature")
+        sampled = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0
+        salt = f"|T={float(temperature)!r}" if sampled else ""
+        rng = random.Random(f"{self.seed}|{request_seed}|{transcript.instruction}|{transcript.observation}{salt}")
         # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
         # without seeds the lapses depend on the task alone.
         episode_seed = request_seed - transcript.turns if has_seed else None
         adapter = self.adapters.get(str(body.get("model")))
         rates = adapter[1] if adapter is not None else self.lapse_rates
         if self.lapses:
-            draw = random.Random(f"{self.seed}|{episode_seed}|{transcript.instruction}|{transcript.persona_text}")
+            draw = random.Random(
+                f"{self.seed}|{episode_seed}|{transcript.instruction}|{transcript.persona_text}{salt}"
+            )
             lapses = Lapses.draw(draw, hinted_lapses(transcript.skill_hints), rates)
         else:
             lapses = Lapses(runner_up_rate=rates.runner_up)
@@ -135,8 +145,10 @@ class _PolicyServer:
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         if isinstance(max_tokens, int) and max_tokens > 0 and completion_tokens > max_tokens and finish != "length":
             # The output does not fit: a real server stops mid-generation before any tool call completes.
+            cut = (content, calls)
             content, calls, finish = None, [], "length"
             completion_tokens = max_tokens
+            return _Completion(content, reasoning, calls, finish, prompt_tokens, completion_tokens, cut)
         return _Completion(content, reasoning, calls, finish, prompt_tokens, completion_tokens)
 
     def _usage(self, c: _Completion) -> dict[str, Any]:
@@ -226,8 +238,11 @@ class _PolicyServer:
         if body.get("return_token_ids") is True or body.get("logprobs") is True:
             # vLLM's exact-token answer (shopsim_sandbox.policy.tokens): the training path's backend reads it
             tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-            output_ids = tokens.render_answer(completion.content, completion.reasoning, completion.tool_calls,
+            content, calls = completion.cut or (completion.content, completion.tool_calls)
+            output_ids = tokens.render_answer(content, completion.reasoning, calls,
                                               finished=completion.finish_reason != "length")
+            if completion.cut is not None:  # stopped at max_tokens: the first max_tokens sampled tokens
+                output_ids = output_ids[: completion.completion_tokens]
             if body.get("return_token_ids") is True:
                 answer["prompt_token_ids"] = tokens.render_prompt(messages, tools)
                 choice["token_ids"] = output_ids
