@@ -33,7 +33,7 @@ class TokenRecordingModel:
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                        seed: int | None) -> ModelOutput:
-        """One model turn: the backend's body validated exactly as in evaluation (§7.3), tokens kept."""
+        """One model turn: the backend's body validated as in evaluation (runtime-semantics §7.3), tokens kept."""
         started = time.perf_counter()
         step_index = len(self.turns) + 1
         body, tokens = await self.backend.generate(list(messages), tools, seed=seed, sampling=self.sampling)
