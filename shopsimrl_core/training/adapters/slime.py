@@ -62,7 +62,7 @@ def task_id_of(sample: Any) -> int:
     except (TypeError, ValueError):
         raise ConfigError(f"slime sample {getattr(sample, 'index', None)}: no task id (metadata.task_id or prompt "
                           f"{str(value)[:40]!r}); write the task data with export_slime_tasks",
-                          code="slime-task-unknown") from None
+                          code="training-task-unknown") from None
 
 
 def _spec(sampling_params: dict[str, Any]) -> Any:

@@ -147,7 +147,7 @@ def _load_plan(path: str) -> Any:
         raise ConfigError(
             f"{path}: tasks.split {plan.split.name!r} is a guarded test split; verifiers may not play it — "
             "evaluate test splits with `shopsimrl run` and its opt-in (docs/training.md#verifiers)",
-            code="test-split-guarded",
+            code="training-guarded-split",
         )
     return plan
 
