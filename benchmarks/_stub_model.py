@@ -98,6 +98,23 @@ def completion_body(request: dict[str, Any], counter: int) -> dict[str, Any]:
     }
 
 
+def add_exact_tokens(body: dict[str, Any], request: dict[str, Any], request_bytes: int) -> None:
+    """vLLM's exact-token fields (``return_token_ids`` / ``logprobs``), sized like a real tokenizer's output.
+
+    The prompt gets about one id per 3.5 request bytes (a BPE vocabulary on mixed Chinese and JSON text), the
+    answer one per 3.5 bytes of its arguments plus the tool-call markup; ids are cheap stand-ins, not a tokenizer's.
+    """
+    choice = body["choices"][0]
+    call = choice["message"]["tool_calls"][0]["function"]
+    sampled = 12 + int(len(call["arguments"].encode("utf-8")) / 3.5)
+    if request.get("return_token_ids") is True:
+        body["prompt_token_ids"] = [3 + (i * 7919) % 151000 for i in range(int(request_bytes / 3.5))]
+        choice["token_ids"] = [3 + (i * 104729) % 151000 for i in range(sampled)]
+    if request.get("logprobs") is True:
+        choice["logprobs"] = {"content": [{"token": f"token_id:{i}", "logprob": -0.25, "bytes": None,
+                                           "top_logprobs": []} for i in range(sampled)]}
+
+
 def _response(status: int, payload: Any) -> bytes:
     return response(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
 
@@ -123,7 +140,10 @@ class _StubState:
         except ValueError as exc:
             return 0.0, _response(400, {"error": {"message": f"bad JSON: {exc}"}})
         self.counter += 1
-        return self.delay, _response(200, completion_body(request, self.counter))
+        body = completion_body(request, self.counter)
+        if request.get("return_token_ids") is True or request.get("logprobs") is True:
+            add_exact_tokens(body, request, len(raw))
+        return self.delay, _response(200, body)
 
 
 def main(argv: list[str] | None = None) -> int:
