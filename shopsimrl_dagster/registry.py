@@ -7,14 +7,16 @@ Training jobs drop one small JSON file per checkpoint into a folder::
 
 ``endpoint`` may be null (the pipeline's default inference endpoint serves it). Instead of, or beside,
 an endpoint an entry may name what to serve: ``weights`` (full weights: a local file or folder, or a
-hub id / URI), or an ``adapter`` (LoRA) over ``base_model``. In ``launch`` mode the pipeline starts a
+hub id marked ``hub:`` / a URI), or an ``adapter`` (LoRA) over ``base_model``. In ``launch`` mode the pipeline starts a
 server for such a checkpoint's run (docs/pipeline.md, "Serving checkpoints")::
 
     {"checkpoint_id": "grpo-4b-step-000400", "step": 400, "weights": "/ckpt/grpo-4b/step-000400"}
     {"checkpoint_id": "lora-step-000400", "step": 400, "adapter": "/ckpt/lora/step-000400",
-     "base_model": "Qwen/Qwen3-4B"}
+     "base_model": "hub:Qwen/Qwen3-4B"}
 
-Relative local paths resolve against the registry folder. The file name is free; the id inside is
+Local paths must exist; relative ones resolve against the registry folder (``registry add`` and
+``list`` show a path that leaves the folder); a value starting with ``-`` is refused (it would become a
+server flag). The file name is free; the id inside is
 what counts. ``schema_version`` (``shopsimrl-checkpoint-entry-v1``, the ``CheckpointEntry`` document)
 is optional: the CLI writes it first, an entry without it is read as that version. A sensor turns
 new entries into Dagster partitions.
@@ -41,6 +43,7 @@ from urllib.parse import urlsplit
 
 from shopsimrl_core import ConfigError, write_json_atomic
 from shopsimrl_core.documents import CheckpointEntry
+from shopsimrl_core.serving import HUB_MARKER
 
 __all__ = [
     "Checkpoint",
@@ -151,6 +154,11 @@ def _parse(path: Path, data: Any) -> Checkpoint:
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not value):
             raise _bad(path, key, f"must be a non-empty string or null (got {value!r})")
+        if key in ("served_model", "weights", "adapter", "base_model") and value is not None and value.startswith("-"):
+            # It would reach the server's command line as a flag (`vllm serve --trust-remote-code ...`).
+            raise _bad(
+                path, key, f"{value!r} starts with '-'; give a name or a path (./ before a relative one), never a flag"
+            )
     if data.get("adapter") is not None and data.get("base_model") is None:
         raise _bad(path, "base_model", "required with adapter: name the weights the adapter applies to")
     if data.get("adapter") is not None and data.get("weights") is not None:
@@ -171,20 +179,40 @@ def _parse(path: Path, data: Any) -> Checkpoint:
         step=entry.step,
         served_model=entry.served_model,
         endpoint=entry.endpoint,
-        weights=_local(path, entry.weights),
-        adapter=_local(path, entry.adapter),
-        base_model=_local(path, entry.base_model),
+        weights=_local(path, "weights", entry.weights),
+        adapter=_local(path, "adapter", entry.adapter),
+        base_model=_local(path, "base_model", entry.base_model),
         registered_at=entry.registered_at,
     )
 
 
-def _local(entry_path: Path, value: str | None) -> str | None:
-    # A relative value that names something next to the entry is a local path; anything else (a hub
-    # id such as "Qwen/Qwen3-4B", a URI) is passed on as it is.
-    if value is None or "://" in value or Path(value).is_absolute():
+def _local(entry_path: Path, key: str, value: str | None) -> str | None:
+    # A hub id is marked ("hub:Qwen/Qwen3-4B") and a URI has a scheme; anything else is a local path,
+    # relative ones against the entry's folder, and must exist: a typo must not pass for a hub id that
+    # the server would try to download.
+    if value is None or "://" in value or value.startswith(HUB_MARKER):
         return value
-    candidate = entry_path.parent / value
-    return str(candidate.resolve()) if candidate.exists() else value
+    candidate = Path(value).expanduser()
+    resolved = (candidate if candidate.is_absolute() else entry_path.parent / candidate).resolve()
+    if not resolved.exists():
+        raise _bad(
+            entry_path, key,
+            f"{value!r} does not exist (resolved: {resolved}); fix the path, or mark a hub id as {HUB_MARKER}<id>",
+        )  # fmt: skip
+    return str(resolved)
+
+
+def outside_registry(folder: str | Path, entry: Checkpoint) -> list[str]:
+    """One line per local path of *entry* outside the registry *folder* (shown, so a stray ``..`` is seen)."""
+    root = Path(folder).resolve()
+    lines = []
+    for key in ("weights", "adapter", "base_model"):
+        value = getattr(entry, key)
+        if value is None or "://" in value or value.startswith(HUB_MARKER):
+            continue
+        if not Path(value).is_relative_to(root):
+            lines.append(f"{entry.checkpoint_id}: {key} is outside the registry folder {root}: {value}")
+    return lines
 
 
 def read_registry(folder: str | Path, *, problems: list[str] | None = None) -> list[Checkpoint]:
@@ -310,8 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             def absolute(value: str | None) -> str | None:
                 # Paths given on the command line are the caller's (its working directory), not the registry's.
-                if value is None or "://" in value or not Path(value).expanduser().exists():
-                    return value
+                if value is None or "://" in value or value.startswith((HUB_MARKER, "-")):
+                    return value  # a dash value is refused by the entry's rules, naming the key
                 return str(Path(value).expanduser().resolve())
 
             path = register_checkpoint(
@@ -327,10 +355,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             )
             print(f"registered {args.checkpoint_id} (step {args.step}) in {path}")
+            for line in outside_registry(folder, read_entry(path)):
+                print(f"note: {line}")
         else:
             problems: list[str] = []
             for entry in read_registry(folder, problems=problems):
                 print(json.dumps(entry.to_dict(), ensure_ascii=False))
+                for line in outside_registry(folder, entry):
+                    print(f"note: {line}", file=sys.stderr)
             for line in problems:
                 print(f"warning: {line}", file=sys.stderr)
             return 1 if problems else 0

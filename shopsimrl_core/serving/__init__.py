@@ -1,10 +1,12 @@
 """Serving checkpoints: launch the inference server of a checkpoint for a run, and stop it afterwards.
 
 A run whose config has a ``serve`` section (``ServeConfig``) gets its server from
-:func:`launched_server`: a shipped command template (vLLM, SGLang, llama.cpp's servers, the sandbox
+:func:`launched_server`: the running server of the same served identity from the server pool of
+``serve.state_dir`` (one model load per base model: runs share it, adapters are hot-loaded over one
+base), or a new one from a shipped command template (vLLM, SGLang, llama.cpp's servers, the sandbox
 policy) filled with the weights, a free port and the served name, devices from the GPU pool, readiness
-checked, the process group stopped on every exit path, orphans of SIGKILLed runs stopped at the next
-launch. :func:`weights_identity` is what the plan records of the weights instead of the port.
+checked, stopped when unused for ``serve.idle_timeout`` seconds, orphans of dead owners stopped while a
+run waits for devices. :func:`weights_identity` is what the plan records of the weights instead of the port.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _EXPORTS: dict[str, str] = {
     "SERVER_TEMPLATES": "_templates",
     "fill_command": "_templates",
     "WEIGHTS_IDENTITY_SCHEME": "_weights",
+    "HUB_MARKER": "_weights",
+    "RUNTIME_LORA": "_templates",
+    "lora_rank_limit": "_templates",
     "weights_identity": "_weights",
 }
 
@@ -49,8 +54,11 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.serving._processes import reap_orphans as reap_orphans
     from shopsimrl_core.serving._processes import stop_group as stop_group
     from shopsimrl_core.serving._templates import ADAPTER_ARGS as ADAPTER_ARGS
+    from shopsimrl_core.serving._templates import RUNTIME_LORA as RUNTIME_LORA
     from shopsimrl_core.serving._templates import SERVER_TEMPLATES as SERVER_TEMPLATES
     from shopsimrl_core.serving._templates import fill_command as fill_command
+    from shopsimrl_core.serving._templates import lora_rank_limit as lora_rank_limit
+    from shopsimrl_core.serving._weights import HUB_MARKER as HUB_MARKER
     from shopsimrl_core.serving._weights import WEIGHTS_IDENTITY_SCHEME as WEIGHTS_IDENTITY_SCHEME
     from shopsimrl_core.serving._weights import weights_identity as weights_identity
 

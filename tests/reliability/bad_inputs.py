@@ -2297,6 +2297,25 @@ CASES: list[Case] = [
          training_case({"group_size": 0}), 2, "config-invalid", needs_servers=True),
     Case("training-unknown-key", "training config with a misspelt key (`group_sise`)",
          training_case({"group_sise": 4}), 2, "config-invalid", needs_servers=True),
+    # --- serving checkpoints (issue 32): registry values are names and paths, never flags
+    Case("serve-weights-missing", "`serve.weights` a relative path that does not exist (a typo, not a hub id)",
+         config_case("serve", {"server": "vllm", "weights": "ckpts/step-00100"}), 2, "weights-missing"),
+    Case("serve-weights-flag", "`serve.weights: --trust-remote-code`",
+         config_case("serve", {"server": "vllm", "weights": "--trust-remote-code"}), 2, "config-invalid"),
+    Case("serve-gpus-twice", '`serve.gpus: ["0", "0"]` (a device listed twice)',
+         config_case("serve", {"server": "vllm", "weights": "w", "gpus": ["0", "0"]}), 2, "config-invalid"),
+    Case("registry-weights-missing", "`registry add --weights` a path that does not exist",
+         lambda f, s: ["add", "--id", "c1", "--step", "1", "--weights", str(f / "no-such-ckpt"),
+                       "--registry", str(f / "registry")], 2, "checkpoint-registry-invalid",
+         program="shopsimrl-registry"),
+    Case("registry-weights-flag", "`registry add --weights=--trust-remote-code`",
+         lambda f, s: ["add", "--id", "c1", "--step", "1", "--weights=--trust-remote-code",
+                       "--registry", str(f / "registry")], 2, "checkpoint-registry-invalid",
+         program="shopsimrl-registry"),
+    Case("registry-base-model-flag", "`registry add --adapter DIR --base-model=--trust-remote-code`",
+         lambda f, s: ["add", "--id", "c1", "--step", "1", "--adapter", str(f), "--base-model=--trust-remote-code",
+                       "--registry", str(f / "registry")], 2, "checkpoint-registry-invalid",
+         program="shopsimrl-registry"),
 ]
 
 

@@ -9,14 +9,15 @@ settings (concurrency, timeouts, retry budgets, the split file's location) live 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._errors import ConfigError
-from shopsimrl_core._hashing import fingerprint
 from shopsimrl_core._versions import ENVIRONMENT_ADAPTER, INTERACTION_MODE, MODEL_PROVIDER, PIPELINE_VERSION
 from shopsimrl_core.runs.config._config import EvalConfig
-from shopsimrl_core.runs.planning._jobs import EpisodeJob, plan_jobs
+from shopsimrl_core.runs.planning._jobs import EpisodeJob, episode_id, plan_jobs
+from shopsimrl_core.runs.planning._plan_hash import plan_fingerprint
 from shopsimrl_core.runs.planning._splits import TaskSplit, load_split_file
 
 __all__ = [
@@ -78,9 +79,13 @@ def served_identity(config: EvalConfig) -> dict[str, Any]:
 
     serve = config.serve
     assert serve is not None
-    identity: dict[str, Any] = {"server": serve.server, "weights": weights_identity(serve.weights)}
+    label = config.source_label
+    identity: dict[str, Any] = {
+        "server": serve.server,
+        "weights": weights_identity(serve.weights, f"{label}: serve.weights"),
+    }
     if serve.adapter is not None:
-        identity["adapter"] = weights_identity(serve.adapter, "serve.adapter")
+        identity["adapter"] = weights_identity(serve.adapter, f"{label}: serve.adapter")
     return identity
 
 
@@ -131,6 +136,11 @@ class EvalPlan:
     model_identity: dict[str, Any]
     environment_identity: dict[str, Any]
     execution: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def episode_ids(self) -> list[str]:
+        """The episode id of every job, in job order, formatted once (per-job loops over a million jobs use it)."""
+        return [episode_id(job.task_id, job.sample_id) for job in self.jobs]
 
     @property
     def guarded(self) -> bool:
@@ -285,7 +295,7 @@ def build_plan(config: EvalConfig) -> EvalPlan:
     return EvalPlan(
         config=config,
         semantic=semantic,
-        fingerprint=fingerprint(semantic),
+        fingerprint=plan_fingerprint(semantic, jobs),
         jobs=jobs,
         split=split,
         persona=persona,
