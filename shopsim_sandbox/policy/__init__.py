@@ -14,7 +14,8 @@ instruction, persona document, page observations, its own earlier tool calls) an
   instruction or persona mentions (else the first value), then ``buy now``.
 
 Seeded lapses, drawn once per episode from the app seed, the episode's seed (the request ``seed``
-minus the turns already taken) and the task text, make it sometimes ignore the budget, take the
+minus the turns already taken), the task text and a ``temperature`` above 0 (greedy requests keep the
+draws of earlier versions; two temperatures are two samples), make it sometimes ignore the budget, take the
 first option value, buy the first product it opens, or search with the instruction's words only —
 so its success rate on the synthetic catalog is informative (about 35–45 %) rather than 0 or 100 %.
 

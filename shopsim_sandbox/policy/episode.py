@@ -83,6 +83,7 @@ async def play_episode(
     model_name: str = SERVED_MODEL,
     max_steps: int = 30,
     skills: Sequence[str] = (),
+    temperature: float = 0.0,
 ) -> dict[str, Any]:
     """Play one episode with ``httpx.AsyncClient`` s for the environment and the policy; returns the final result.
 
@@ -116,7 +117,7 @@ async def play_episode(
                     "model": model_name,
                     "messages": messages,
                     "stream": False,
-                    "temperature": 0.0,
+                    "temperature": temperature,
                     "max_tokens": 1024,
                     "seed": seed + step - 1,
                     "tools": tools,
@@ -187,10 +188,12 @@ async def measure_success(
     concurrency: int = 8,
     model_name: str = SERVED_MODEL,
     skills: Sequence[str] = (),
+    temperature: float = 0.0,
 ) -> dict[str, Any]:
     """Play every task once over real HTTP and return ``{episodes, successes, success_rate, mean_reward}``.
 
-    ``policy_url`` is the OpenAI base URL (ending in ``/v1``); ``skills`` as in ``play_episode``.
+    ``policy_url`` is the OpenAI base URL (ending in ``/v1``); ``skills`` and ``temperature`` as in
+    ``play_episode``.
     """
     import httpx
 
@@ -203,7 +206,8 @@ async def measure_success(
         async def one(task_id: int) -> dict[str, Any]:
             async with gate:
                 return await play_episode(
-                    env, model, task_id, persona=persona, seed=seed + task_id, model_name=model_name, skills=skills
+                    env, model, task_id, persona=persona, seed=seed + task_id, model_name=model_name, skills=skills,
+                    temperature=temperature,
                 )
 
         finals = await asyncio.gather(*(one(t) for t in task_ids))

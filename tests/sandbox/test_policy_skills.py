@@ -103,7 +103,9 @@ def _body(page: str, episode_seed: int, hints: list[str]) -> dict[str, Any]:
         "model": SERVED_MODEL,
         "messages": messages,
         "seed": episode_seed + turns,
-        "temperature": 0.6,
+        # greedy: the draws BARE_DIGEST was recorded with (the policy then ignored temperature; above 0 it
+        # now samples other episodes from the same seeds, issue 33)
+        "temperature": 0.0,
         "max_tokens": 4096,
         "tools": tools_for_state(state),
         "tool_choice": "auto",

@@ -20,13 +20,13 @@ import yaml
 
 from shopsimrl_core.runs.planning._jobs import call_seed
 
-pytest.importorskip("verifiers.v1", reason="the [verifiers] extra (part of [dev]) is not installed")
+# no importorskip: verifiers is part of the [dev] extra, and this test must fail, not skip, without it
 
 BIN = Path(sys.executable).parent
 
 
 def _config(tmp_path: Path, sandbox: Any, **tasks: Any) -> Path:
-    # temperature > 0: mode train refuses greedy decoding (nothing to train on); the sandbox policy ignores it
+    # temperature > 0: mode train refuses greedy decoding (nothing to train on); both sides send the same one
     data = {
         "experiment": {"name": "vf-parity", "output_dir": "runs", "seed": 20261204, "concurrency": 4},
         "tasks": {"split_file": str(sandbox.split_file), "split": "val", "sample_size": 8, **tasks},
