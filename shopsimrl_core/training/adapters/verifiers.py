@@ -203,7 +203,7 @@ class ShopSimTask(vf.Task[ShopSimTaskData, vf.State, vf.TaskConfig]):  # type: i
 
     @property
     def key(self) -> str:
-        """The episode id (``task-000012__sample-000``): unique within a plan, stable across runs."""
+        """The episode id (``task-000012__sample-000``; mode train: ``task-000012``): unique and stable."""
         return str(self.data.id)
 
     @vf.reward  # type: ignore[untyped-decorator]
@@ -245,8 +245,9 @@ class ShopSimTaskset(vf.Taskset[ShopSimTask, ShopSimTasksetConfig]):  # type: ig
         return [
             ShopSimTask(
                 ShopSimTaskData(
-                    id=job.episode_id,
-                    name=job.episode_id,
+                    # mode train: the task's rollouts are the samples of its groups, each with its own episode id
+                    id=f"task-{job.task_id:06d}" if train else job.episode_id,
+                    name=f"task-{job.task_id:06d}" if train else job.episode_id,
                     # verifiers needs an opening prompt; the harness builds the real one from the reset
                     prompt=f"ShopSimulator task {job.task_id} (sample {job.sample_id}, split {job.split})",
                     task_id=job.task_id,
