@@ -1,6 +1,6 @@
 """Checkpoints, not URLs: the pipeline's `inference` section is the core's `model` section (every key passes
 through), a checkpoint given as weights is launched for its run (the same plan and numbers as `shopsimrl run`
-with the same weights), and a launched server left by a SIGKILLed run worker is stopped by the next run."""
+with the same weights), and a launched server left by a SIGKILLed run worker and keeper is stopped by the next run."""
 
 from __future__ import annotations
 
@@ -219,11 +219,14 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
         traces = settings.runs_root / "val" / "w-100" / "traces.jsonl"
         records_dir = settings.runs_root / "_servers"
         child = _run_worker_writing(path, "w-100", traces, 5, tmp_path / "child.log")
-        os.kill(child.pid, signal.SIGKILL)  # the run worker only: its server lives in a session of its own
+        # The server's owner is its pool keeper (a session of its own): SIGKILL the run worker and the keeper,
+        # as a node's OOM killer might; the server lives on, orphaned, holding its devices.
+        [orphan] = [json.loads(p.read_text()) for p in records_dir.glob("server-*.json")]
+        assert orphan["owner_pid"] != child.pid
+        os.kill(child.pid, signal.SIGKILL)
+        os.kill(orphan["owner_pid"], signal.SIGKILL)
         child.wait(timeout=30)
-        orphans = [json.loads(p.read_text()) for p in records_dir.glob("server-*.json")]
-        assert len(orphans) == 1 and orphans[0]["owner_pid"] == child.pid
-        pgid = orphans[0]["pgid"]
+        pgid = orphan["pgid"]
         assert group_alive(pgid), "the server must outlive its SIGKILLed run worker for this test"
         before = {r["episode_id"] for r in trace_lines(traces) if r.get("status") == "completed"}
         assert 5 <= len(before) < episodes
@@ -235,7 +238,7 @@ def test_a_server_orphaned_by_a_sigkilled_run_worker_is_stopped_by_the_next_run(
             result = run_job(location, "evaluate_val", instance, "w-100")
             messages = [e.user_message for e in instance.all_logs(result.run_id)]
         stopped = [m for m in messages if m.startswith(f"stopped orphaned inference server pgid {pgid}")]
-        assert stopped and f"its run worker pid {child.pid} is gone" in stopped[0]
+        assert stopped and f"its owner pid {orphan['owner_pid']} is gone" in stopped[0]
         # The orphan was stopped before the new server started.
         assert messages.index(stopped[0]) < next(i for i, m in enumerate(messages) if m.startswith("started inference"))
         assert not group_alive(pgid)
