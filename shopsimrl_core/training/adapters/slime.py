@@ -31,7 +31,7 @@ sample slime passes in. slime itself never ran here (docs/training.md#slime).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import copy
 from typing import Any
 
 from shopsimrl_core._errors import ConfigError
@@ -191,7 +191,7 @@ def to_slime_samples(episode: Any, sample: Any, *, filler_token_id: int = 0) -> 
             response = response or [filler_token_id]
             mask = [0] * len(response)
             logprobs = [0.0] * len(response)
-        target = sample if position == 0 else dataclasses.replace(sample)
+        target = sample if position == 0 else copy.copy(sample)
         target.tokens = prompt + response
         target.response_length = len(response)
         target.loss_mask = mask
@@ -208,7 +208,8 @@ def to_slime_samples(episode: Any, sample: Any, *, filler_token_id: int = 0) -> 
             "assignment": dict(episode.assignment)}}
         out.append(target)
     if len(out) > 1:
-        rollout_id = sample.index
+        # slime's contract for fan-out: siblings of one rollout share rollout_id (its default is the index)
+        rollout_id = sample.rollout_id if getattr(sample, "rollout_id", None) is not None else sample.index
         for target in out:
             target.rollout_id = rollout_id
         return out
