@@ -66,7 +66,10 @@ class InferenceEndpoint(dg.ConfigurableResource):
     ``model`` keys with the core's defaults, so nothing here keeps defaults of its own). In ``external``
     mode a checkpoint is served at its registry entry's ``endpoint`` or the section's ``base_url``; in
     ``launch`` mode a checkpoint whose entry names ``weights`` (or an adapter) gets a server launched
-    for its run by the core (``shopsimrl_core.serving``) from ``launch``.
+    for its run by the core (``shopsimrl_core.serving``) from ``launch``. Every launched rollout shares
+    one server pool (``RunStorage.servers_dir``): suites of a checkpoint, and runs of checkpoints that
+    serve the same thing (adapters over one base), attach to one running server, kept for
+    ``launch.idle_timeout`` seconds unused.
 
     The API key is read from the environment variable named by ``api_key_env`` only when a request needs
     it; it never appears in config, metadata or logs. Within a rollout at most ``max_in_flight``
@@ -125,11 +128,17 @@ class InferenceEndpoint(dg.ConfigurableResource):
     def model_for(self, checkpoint: Checkpoint) -> str:
         """The served model name of *checkpoint*.
 
-        Its entry's ``served_model``; for a launched server the checkpoint id; else the section's ``name``.
+        Its entry's ``served_model``; for a launched server the checkpoint id (an adapter on SGLang:
+        ``base:<id>``, the form SGLang requests a hot-loaded adapter under); else the section's ``name``.
         """
         if checkpoint.served_model:
             return checkpoint.served_model
-        return checkpoint.checkpoint_id if self.launches(checkpoint) else self.settings().name
+        if not self.launches(checkpoint):
+            return self.settings().name
+        launch = self.settings().launch
+        if checkpoint.adapter is not None and launch is not None and launch.serve.get("server") == "sglang":
+            return f"base:{checkpoint.checkpoint_id}"
+        return checkpoint.checkpoint_id
 
     def model_section(self, checkpoint: Checkpoint, sampling: dict[str, Any]) -> dict[str, Any]:
         """The core ``model`` section of *checkpoint*'s rollout.
