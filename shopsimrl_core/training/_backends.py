@@ -1,8 +1,9 @@
 """Token backends over HTTP: an OpenAI-compatible chat endpoint returning token ids (vLLM) and SGLang's ``/generate``.
 
-- :class:`VLLMChatBackend` sends the evaluation's chat request plus ``logprobs: true`` and ``return_token_ids:
-  true`` (vLLM's OpenAI server answers with ``prompt_token_ids`` and ``choices[0].token_ids``), so the chat template
-  and the tool parser are the server's, exactly as in evaluation, and the body is the server's own answer.
+- :class:`VLLMChatBackend` sends the evaluation's chat request — through the evaluation's own model client — plus
+  ``logprobs: true`` and ``return_token_ids: true`` (vLLM's OpenAI server answers with ``prompt_token_ids`` and
+  ``choices[0].token_ids``), so the chat template and the tool parser are the server's, exactly as in evaluation,
+  and the body is the server's own answer.
   vLLM reports the logprobs of the raw model distribution unless it is started with ``--logprobs-mode
   processed_logprobs``; with a temperature other than 1 start it that way (docs/training.md#vllm).
 - :class:`SGLangGenerateBackend` renders the prompt with the policy's tokenizer (:class:`ChatTemplate`), sends the
@@ -10,7 +11,7 @@
   ``meta_info.output_token_logprobs`` (``[logprob, token_id, text]`` per sampled token) and
   ``meta_info.finish_reason.type``.
 
-Both use one pooled ``httpx.AsyncClient`` per backend; the key comes from the endpoint's :class:`EndpointAuth`.
+The SGLang backend uses one pooled ``httpx.AsyncClient``; the key comes from the endpoint's :class:`EndpointAuth`.
 """
 
 from __future__ import annotations
@@ -44,41 +45,49 @@ def _finite_float(value: Any) -> float:
 class VLLMChatBackend:
     """Exact tokens from an OpenAI-compatible chat endpoint that returns token ids and logprobs (vLLM).
 
-    *base_url* is the OpenAI base URL, as in the ``model`` config section (``http://host:8000/v1``).
+    The requests are the evaluation's own: the ``model`` section's client (``ReplicatedChatModelClient``: the same
+    body, seeds, auth, retries of runtime-semantics §7.2, HTTP engine and replicas) with the sampling of the
+    training and ``logprobs`` / ``return_token_ids`` added to the body; the answer's token fields are read from the
+    body it received. Streaming is off (the token ids come with the whole answer).
     """
 
-    @classmethod
-    def from_model_config(cls, model: Any) -> VLLMChatBackend:
-        """The backend of an evaluation config's ``model`` section: same URL, name, auth, tool choice and extra body."""
-        return cls(model.base_url, model.name, auth=model.auth(), timeout=model.timeout, tool_choice=model.tool_choice,
-                   extra_body=dict(model.extra_body))
+    def __init__(self, model: Any, *, transport: Any = None) -> None:
+        self.model_config = model
+        self.base_url = str(model.base_url).rstrip("/")
+        self.model = str(model.name)
+        self._transport = transport
+        self._client: Any = None
+        self._sampling: SamplingSpec | None = None
 
-    def __init__(self, base_url: str, model: str, *, auth: EndpointAuth | None = None, timeout: float = 300.0,
-                 tool_choice: str = "auto", extra_body: dict[str, Any] | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.auth = auth
-        self.tool_choice = tool_choice
-        self.extra_body = dict(extra_body or {})
-        self._http = _client(timeout)
+    @classmethod
+    def from_model_config(cls, model: Any, *, transport: Any = None) -> VLLMChatBackend:
+        """The backend of an evaluation config's ``model`` section (a ``ModelConfig``)."""
+        return cls(model, transport=transport)
 
     @property
     def identity(self) -> dict[str, Any]:
         """``{kind: vllm-chat, base_url, model}``."""
         return {"kind": "vllm-chat", "base_url": self.base_url, "model": self.model}
 
-    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-                     seed: int | None, sampling: SamplingSpec) -> dict[str, Any]:
-        """The evaluation's chat body plus the fields that make vLLM return exact tokens."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
-                                "top_p": 1.0, "max_tokens": sampling.max_tokens, "logprobs": True,
-                                "return_token_ids": True, **self.extra_body}
-        if tools:
-            body["tools"] = tools
-            body["tool_choice"] = self.tool_choice
-        if seed is not None:
-            body["seed"] = seed
-        return body
+    async def _client_for(self, sampling: SamplingSpec) -> Any:
+        if self._client is not None:
+            if sampling != self._sampling:
+                raise TokenMismatch(f"{self.base_url}: one backend samples with one setting; got {sampling} after "
+                                    f"{self._sampling}")
+            return self._client
+        from shopsimrl_core.adapters._replicas import ReplicatedChatModelClient
+
+        extra = {**dict(self.model_config.extra_body), "logprobs": True, "return_token_ids": True}
+        client = ReplicatedChatModelClient.from_config(
+            self.model_config, transport=self._transport, temperature=sampling.temperature, top_p=None,
+            max_tokens=sampling.max_tokens, stream=False, extra_body=extra)
+        await client.__aenter__()
+        self._client, self._sampling = client, sampling
+        return client
+
+    def sent_seed(self, seed: int | None) -> int | None:
+        """The seed the client puts on the wire for *seed* (as the evaluation's client reports it)."""
+        return self._client.sent_seed(seed) if self._client is not None else seed
 
     async def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                        seed: int | None, sampling: SamplingSpec) -> tuple[dict[str, Any], TurnTokens]:
@@ -86,32 +95,32 @@ class VLLMChatBackend:
 
         Raises:
             TokenMismatch: the answer carries no token ids or no logprobs (the server is not vLLM, or too old).
-            httpx.HTTPError: transport trouble or a non-2xx status.
+            ModelRequestError: the endpoint failed as the evaluation's client reports it (runtime-semantics §7.2).
         """
-        headers = self.auth.headers() if self.auth is not None else {}
-        reply = await self._http.post(f"{self.base_url}/chat/completions",
-                                      json=self.request_body(messages, tools, seed=seed, sampling=sampling),
-                                      headers=headers)
-        reply.raise_for_status()
-        body = reply.json()
-        choice = (body.get("choices") or [{}])[0] if isinstance(body, dict) else {}
+        client = await self._client_for(sampling)
+        output = await client.complete(messages, tools, seed=seed)
+        body = output.body
+        choices = body.get("choices") if isinstance(body, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         prompt_ids = body.get("prompt_token_ids") if isinstance(body, dict) else None
-        output_ids = choice.get("token_ids") if isinstance(choice, dict) else None
+        output_ids = choice.get("token_ids")
         if not isinstance(prompt_ids, list) or not isinstance(output_ids, list):
             raise TokenMismatch(f"{self.base_url}: the chat answer has no prompt_token_ids / token_ids; exact "
                                 "tokens need vLLM's return_token_ids (vLLM >= 0.10.2)")
-        content = ((choice.get("logprobs") or {}).get("content")) if isinstance(choice, dict) else None
+        content = (choice.get("logprobs") or {}).get("content")
         if not isinstance(content, list):
             raise TokenMismatch(f"{self.base_url}: the chat answer has no logprobs.content; the server must "
                                 "return logprobs (logprobs: true)")
         logprobs = [_finite_float(entry.get("logprob") if isinstance(entry, dict) else None) for entry in content]
-        tokens = TurnTokens(prompt_ids=[int(t) for t in prompt_ids], output_ids=[int(t) for t in output_ids],
-                            output_logprobs=logprobs, finish_reason=choice.get("finish_reason"))
+        tokens = TurnTokens(prompt_ids=prompt_ids, output_ids=output_ids, output_logprobs=logprobs,
+                            finish_reason=choice.get("finish_reason"))
         return body, tokens
 
     async def aclose(self) -> None:
-        """Close the pooled connections."""
-        await self._http.aclose()
+        """Close the client's pooled connections."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 class SGLangGenerateBackend:

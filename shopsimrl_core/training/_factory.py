@@ -68,12 +68,10 @@ def build_backend(config: TrainingConfig, evaluation: EvalConfig) -> TokenBacken
     spec = config.backend
     model = evaluation.model
     if spec.kind == "vllm-chat":
-        backend = VLLMChatBackend.from_model_config(model)
         if spec.base_url or spec.model:
-            backend = VLLMChatBackend(spec.base_url or model.base_url, spec.model or model.name, auth=model.auth(),
-                                      timeout=model.timeout, tool_choice=model.tool_choice,
-                                      extra_body=dict(model.extra_body))
-        return backend
+            model = model.model_copy(update={"base_url": spec.base_url or model.base_url,
+                                             "name": spec.model or model.name, "base_urls": []})
+        return VLLMChatBackend.from_model_config(model)
     folder = config.path(spec.tokenizer)
     if folder is None:
         raise ConfigError(f"{config.source}: backend.tokenizer: required for backend.kind {spec.kind!r} (the prompt "

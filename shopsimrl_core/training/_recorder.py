@@ -30,6 +30,9 @@ class TokenRecordingModel:
         self.sampling = sampling
         self.label = label
         self.turns: list[TurnTokens] = []
+        forward = getattr(backend, "sent_seed", None)
+        if callable(forward):
+            self.sent_seed = forward  # the trace's request_seed is what went on the wire, as in evaluation
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                        seed: int | None) -> ModelOutput:

@@ -113,7 +113,10 @@ def check_turn_tokens(turn: TurnTokens, source: str) -> None:
         if not (isinstance(value, (int, float)) and math.isfinite(value)) or value > 1e-6:
             raise TokenMismatch(f"{source}: logprob {value!r} of sampled token {position} is not a finite "
                                 "log-probability; the sample cannot be trained on")
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in turn.prompt_ids + turn.output_ids):
+    # the sampled ids are what is trained on: each is checked; prompt ids (thousands per turn, from a JSON decoder
+    # or a tokenizer) are checked at their ends only
+    probe = turn.output_ids + turn.prompt_ids[:1] + turn.prompt_ids[-1:]
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in probe):
         raise TokenMismatch(f"{source}: token ids must be integers")
 
 
