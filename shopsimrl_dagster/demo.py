@@ -201,6 +201,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings, home: Path) -> None:
+    from shopsimrl_core.serving import SERVER_LOG_DIR
+
     from .report import delta_text  # imports dagster: only once the runs are done
 
     print()
@@ -220,7 +222,7 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
             f"  steps/ep     {_fmt(summary.get('steps_mean'), 2)}    protocol-error rate "
             f"{_fmt(summary.get('protocol_error_rate'))}"
         )
-        if comparison:
+        if comparison and comparison.get("baseline"):  # the first checkpoint's says "no baseline"
             # The core's paired differences with their intervals and minimum detectable differences.
             deltas = [
                 f"Δ {label} "
@@ -236,7 +238,11 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
             print(f"  comparison   vs {comparison.get('baseline')}: {', '.join(deltas)}")
         else:
             print("  comparison   none (no earlier checkpoint with this suite)")
-        print(f"  run dir      {rollout.get('run_dir')}")
+        run_dir = rollout.get("run_dir")
+        # A launched policy server (inference.mode launch) leaves its log there: say so where it is.
+        logs = run_dir is not None and (Path(str(run_dir)) / SERVER_LOG_DIR).is_dir()
+        note = f"     ({SERVER_LOG_DIR}/ holds the launched policy server's log)" if logs else ""
+        print(f"  run dir      {run_dir}{note}")
         print(f"  episodes at  {rollout.get('episodes')}   (trace viewer: shopsimrl view {settings.runs_root})")
         skills = row.get("skills")
         if skills is not None:
@@ -257,7 +263,7 @@ def _print_headlines(headlines: list[dict[str, Any]], settings: PipelineSettings
                 print("  trace2skill  not materialized (no train run; see the analyst_skills run log)")
     print()
     print(f"All materializations are stored in the Dagster instance {home}.")
-    print("See them in the UI:  make ui     (or scripts/dagster-dev.sh; then open http://127.0.0.1:3000)")
+    print("See them in the UI:  make ui     (or scripts/dagster-dev.sh; it prints the UI's URL: port 3000 when free)")
     print("  Catalog → suite_val / suite_train groups: <suite>/rollout_traces → eval_summary → checkpoint_comparison,")
     print(
         "  <suite>/progress (reward and success by training step); skills group: labels → candidates → gate → snapshot."

@@ -6,11 +6,14 @@ its intervals and ``sampling_design``, ``breakdowns.category``; ``comparison_vs_
 are derived from the interval's own ``method`` and units, so a run with repeats says that its
 intervals resample tasks (docs/statistics.md). Charts are written next to their data and also
 returned as base64 so the metadata can embed them (the UI shows a markdown image without file access).
+A chart is also linked from the trace viewer (:func:`inline_chart`): a markdown entry under 1,000
+characters is drawn in place on the asset page, where the base64 one sits behind "[Show Markdown]".
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import math
 from collections.abc import Iterable, Mapping
@@ -30,6 +33,7 @@ from shopsimrl_core.documents._runs import (
 )
 
 __all__ = [
+    "inline_chart",
     "rounded",
     "metadata_float",
     "interval_note",
@@ -42,9 +46,31 @@ __all__ = [
     "category_table",
     "progress_points",
     "progress_table",
+    "progress_verdict",
     "write_category_chart",
     "write_progress_chart",
 ]
+
+
+def inline_chart(viewer_base_url: str, runs_root: Path, chart: Path, alt: str) -> Any:
+    """A markdown image of *chart* served by the trace viewer, short enough for Dagster to draw it in place.
+
+    Dagster's asset pages render a markdown metadata entry inline only when it is under 1,000
+    characters; the base64 chart is far longer and opens on a click. This one links the viewer's
+    ``/chart`` route with the chart's path under the runs root and its sha256, so a materialization
+    shows the chart it drew or none (the viewer refuses a chart redrawn since). A null entry when the
+    chart lies outside the runs root (the viewer would not serve it).
+    """
+    try:
+        rel = chart.resolve().relative_to(Path(runs_root).resolve()).as_posix()
+    except ValueError:
+        return dg.MetadataValue.null()
+    from urllib.parse import urlencode
+
+    digest = hashlib.sha256(chart.read_bytes()).hexdigest()[:16]
+    query = urlencode({"path": rel, "sha256": digest})
+    text = alt.replace("[", "(").replace("]", ")")
+    return dg.MetadataValue.md(f"![{text}]({viewer_base_url.rstrip('/')}/chart?{query})")
 
 
 def _is_num(value: Any) -> bool:
@@ -330,6 +356,27 @@ def _vs_previous(point: ProgressPoint) -> str:
         if (change := point_change(previous, metric)) is not None
     ]
     return f"vs {previous.baseline}: " + "; ".join(parts)
+
+
+def progress_verdict(point: ProgressPoint) -> str:
+    """The latest point in one line: its numbers with intervals and its change from the point before it.
+
+    ``demo-step-000300 (step 300): reward 0.753 [0.642, 0.850], success 0.717 [0.592, 0.815]; vs
+    demo-step-000200: Δ reward +0.142 [+0.058, +0.233] (MDE 0.125, detected), Δ success …``.
+    """
+    reward = rounded(point.reward, point.reward_low, point.reward_high)
+    success = rounded(point.success_rate, point.success_low, point.success_high)
+    text = f"{point.checkpoint_id} (step {point.step}): reward {reward}, success {success}"
+    previous = point.vs_previous
+    if previous is None:
+        return text + "; no comparison with the point before it"
+    changes = [
+        f"Δ {label} " + delta_text(change.delta, change.low, change.high, change.minimum_detectable_difference,
+                                   change.within_noise)
+        for metric, label in (("reward", "reward"), ("r_success", "success"))
+        if (change := point_change(previous, metric)) is not None
+    ]
+    return f"{text}; vs {previous.baseline}: " + ", ".join(changes)
 
 
 def progress_table(points: list[ProgressPoint]) -> tuple[list[dg.TableRecord], dg.TableSchema]:

@@ -3,7 +3,8 @@
 Pages (URLs fixed by the cross-team contract): ``/`` runs; ``/run/<rel>`` a run's summary and its
 filterable episode table (from the run index, never from all traces); ``/run/<rel>/episode/<id>``
 one transcript; ``/run/<rel>/label/<label>`` a failure label's episodes (``labels.parquet``);
-``/compare?a=<rel>&b=<rel>[&task=<id>]``; ``/skillbank?path=<rel>[&run=<rel>]``. The run page shows
+``/compare?a=<rel>&b=<rel>[&task=<id>]``; ``/skillbank?path=<rel>[&run=<rel>]``; ``/chart?path=<rel>.png&sha256=<hex>``
+a chart PNG pinned by its hash (the Dagster pages show it inline). The run page shows
 the summary's intervals with their sampling design, the comparison page the core's paired
 differences with their minimum detectable difference (``_statistics``).
 
@@ -24,6 +25,7 @@ splitting them apart would thread that state through every handler for no reader
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -630,6 +632,31 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             run_href=_href_run(run.rel) if run else None,
         )
 
+    def chart_image(request: Request) -> Response:
+        """A PNG chart under the roots, for the Dagster pages to show inline (``<img>`` across origins).
+
+        ``sha256`` (at least 12 hex digits) pins the content: a chart redrawn since is refused (404), so
+        an older materialization never shows a newer chart as its own.
+        """
+        params = request.query_params
+        try:
+            path = viewer_roots.file(params.get("path", ""), ".png")
+        except PathRefused as exc:
+            return refused(str(exc))
+        pinned = params.get("sha256", "").lower()
+        if len(pinned) < 12 or any(c not in "0123456789abcdef" for c in pinned):
+            return refused("a chart is served with its sha256 (at least 12 hex digits)", status=400)
+        if size_note(path) is not None:
+            return refused(str(size_note(path)))
+        data = path.read_bytes()
+        if not hashlib.sha256(data).hexdigest().startswith(pinned):
+            return refused(f"{params.get('path')!r} has been redrawn since this link was made")
+        return Response(
+            data,
+            media_type="image/png",
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Content-Security-Policy": _CSP},
+        )
+
     loopback = host in ("127.0.0.1", "localhost", "::1")
     middleware = (
         [Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1", "testserver"])]
@@ -642,6 +669,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
             Route("/run/{tail:path}", run_dispatch),
             Route("/compare", compare_page),
             Route("/skillbank", skillbank_page),
+            Route("/chart", chart_image),
         ],
         middleware=middleware,
     )

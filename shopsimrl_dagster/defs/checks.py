@@ -8,6 +8,7 @@ incomplete rollout never produces headline numbers. The verdicts come from the c
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "PLAN_MATCHES",
     "NO_GOAL_LEAK",
     "TEST_OPT_IN",
+    "check_spec",
     "rollout_check_specs",
     "rollout_check_results",
     "check_result",
@@ -53,9 +55,28 @@ _ROLLOUT_CHECKS = (
 )
 
 
-def rollout_check_specs(asset_key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
-    """The five blocking checks of one suite's ``rollout_traces`` asset."""
-    return [dg.AssetCheckSpec(name, asset=asset_key, blocking=True, description=text) for name, text in _ROLLOUT_CHECKS]
+def check_spec(
+    name: str, asset_key: dg.AssetKey, description: str, partitions_def: dg.PartitionsDefinition | None
+) -> dg.AssetCheckSpec:
+    """A blocking check of *asset_key*, partitioned like the asset (*partitions_def*).
+
+    A partitioned check's results record their partition, so the check's page names the checkpoint of
+    each result ("Partition —" and one zig-zag over all checkpoints without it). Dagster 1.13 marks
+    ``AssetCheckSpec(partitions_def=…)`` as preview; its warning is silenced here on purpose, in this
+    one place (tests/dagster/test_verdicts.py checks that results carry their partition).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(
+            name, asset=asset_key, blocking=True, description=description, partitions_def=partitions_def
+        )
+
+
+def rollout_check_specs(
+    asset_key: dg.AssetKey, partitions_def: dg.PartitionsDefinition | None = None
+) -> list[dg.AssetCheckSpec]:
+    """The five blocking checks of one suite's ``rollout_traces`` asset, partitioned like it (:func:`check_spec`)."""
+    return [check_spec(name, asset_key, text, partitions_def) for name, text in _ROLLOUT_CHECKS]
 
 
 def check_result(

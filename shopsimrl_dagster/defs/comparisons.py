@@ -1,8 +1,10 @@
 """``<suite>/checkpoint_comparison[ckpt]``: the core's paired comparison with the checkpoint's baseline.
 
 The baseline is ``comparison.baseline`` of the settings (``previous``: the registered checkpoint
-before this one). The asset yields nothing while the baseline has no summary of the suite, and its
-blocking ``no_regression_vs_best`` check comes from ``selection.py``.
+before this one). A checkpoint without a baseline (the first one) is materialized with the verdict
+"no baseline: …" and no comparison document; while the baseline has no summary of the suite yet the
+asset yields nothing (the progress sensor requests it later). The verdict leads the metadata, rounded,
+as text; the raw floats follow. The blocking ``no_regression_vs_best`` check comes from ``selection.py``.
 """
 
 from collections.abc import Iterator
@@ -13,13 +15,44 @@ import dagster as dg
 import shopsimrl_core as core
 
 from ..registry import previous_checkpoint
-from ..report import comparison_verdict, metadata_float
+from ..report import comparison_verdict, delta_text, metadata_float
 from .failures import as_failure
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
 from .selection import REGRESSION_CHECK, regression_check_result
 
-__all__ = ["build_checkpoint_comparison"]
+__all__ = ["build_checkpoint_comparison", "NO_BASELINE"]
+
+NO_BASELINE = "no baseline"
+"""How ``verdict`` of a checkpoint without a baseline (the first one) begins."""
+_HEADLINE = (("reward", "reward"), ("r_success", "success"))
+"""The compared metrics whose verdict heads the page, with their labels."""
+
+
+def _delta_display(values: Any) -> str:
+    """``+0.183 [+0.092, +0.283] (MDE 0.137, detected)`` for one ``paired.metrics`` entry (``n/a`` without one)."""
+    if values is None:
+        return "n/a"
+    low, high = values.confidence_interval or (None, None)
+    return delta_text(
+        values.mean_difference, low, high, values.minimum_detectable_difference, values.within_noise
+    )
+
+
+def _no_baseline(
+    context: dg.AssetExecutionContext, suite: str, current: str, setting: str, key: dg.AssetKey
+) -> dg.MaterializeResult:
+    """The materialization of a checkpoint that has nothing to be compared with (its verdict says why)."""
+    why = (
+        f"{current} is the first registered checkpoint on {suite}: nothing earlier to compare with"
+        if setting == "previous"
+        else f"{current} is the comparison baseline itself (comparison.baseline)"
+    )
+    context.log.info(f"checkpoint_comparison of {current} on {suite}: {NO_BASELINE} ({why})")
+    return dg.MaterializeResult(
+        asset_key=key,
+        metadata={"verdict": f"{NO_BASELINE}: {why}", "suite": suite, "baseline": dg.MetadataValue.null()},
+    )
 
 
 def build_checkpoint_comparison(
@@ -51,10 +84,31 @@ def build_checkpoint_comparison(
             baseline = previous.checkpoint_id if previous else None
         else:
             baseline = options.baseline if options.baseline != current else None
-        baseline_dir = run_storage.run_dir(name, baseline) if baseline else None
-        if baseline_dir is None or not (baseline_dir / "summary.json").exists():
-            reason = "no earlier checkpoint" if baseline is None else f"baseline {baseline} has no {name} summary yet"
-            context.log.info(f"checkpoint_comparison not materialized for {current} on {name}: {reason}")
+        if baseline is None:
+            # The first checkpoint (or the fixed baseline itself): a state, not a pending computation. It
+            # is materialized as such, so it is not Missing forever nor picked up by "failed and missing"
+            # backfills; no comparison document is written.
+            yield _no_baseline(context, name, current, options.baseline, comparison_key)
+            # The regression check still runs: against the best checkpoint of a lower step, if any has a summary.
+            registered = checkpoint_registry.checkpoints()
+            yield regression_check_result(
+                asset_key=comparison_key,
+                suite=name,
+                current=next(c for c in registered if c.checkpoint_id == current),
+                checkpoints=registered,
+                run_storage=run_storage,
+                options=options,
+                comparison_with=None,
+            )
+            return
+        baseline_dir = run_storage.run_dir(name, baseline)
+        if not (baseline_dir / "summary.json").exists():
+            # Not yet: the progress sensor requests it once the baseline has its summary (a backfill).
+            context.log.info(
+                f"checkpoint_comparison of {current} on {name} waits for its baseline: {baseline} has no {name} "
+                "summary yet; the progress sensor requests it when it has (so no comparison and no "
+                f"{REGRESSION_CHECK[0]} result in this run)"
+            )
             return
         run_dir = run_storage.run_dir(name, current)
         assert baseline is not None  # baseline_dir exists only for a baseline
@@ -70,7 +124,16 @@ def build_checkpoint_comparison(
         core.write_json_atomic(out, comparison.to_json())
         paired = comparison.paired
         rows = []
-        metadata: dict[str, Any] = {"suite": name, "baseline": baseline, "pairs": paired.pairs}
+        # The verdict first, rounded, as text (the lines the demo prints); the raw floats follow for the Plots tab.
+        displays = {label: _delta_display(paired.metrics.get(metric)) for metric, label in _HEADLINE}
+        metadata: dict[str, Any] = {
+            "verdict": f"vs {baseline}: " + "; ".join(f"Δ {label} {text}" for label, text in displays.items()),
+            "reward_delta_display": displays["reward"],
+            "success_delta_display": displays["success"],
+            "suite": name,
+            "baseline": baseline,
+            "pairs": paired.pairs,
+        }
         for metric, values in sorted(paired.metrics.items()):
             ci = values.confidence_interval
             mde, sd, noise = values.minimum_detectable_difference, values.sd_difference, values.within_noise

@@ -20,6 +20,7 @@ from typing import Any
 
 import dagster as dg
 
+from .checks import check_spec
 from .partitions import checkpoints
 
 __all__ = ["optional_asset"]
@@ -49,7 +50,8 @@ def optional_asset(
         specs=[
             dg.AssetSpec(key, deps=list(deps), group_name=group, kinds=kinds, skippable=True, description=description)
         ],
-        check_specs=[dg.AssetCheckSpec(check, asset=key, blocking=True, description=text) for check, text in checks],
+        # Partitioned like the asset, so each check result names its partition (the checkpoint) in the UI.
+        check_specs=[check_spec(check, key, text, partitions_def) for check, text in checks],
         partitions_def=partitions_def,
         can_subset=True,
         retry_policy=retry_policy,

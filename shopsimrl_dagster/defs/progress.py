@@ -15,10 +15,12 @@ from shopsimrl_core.documents._pipeline import PointComparison
 
 from ..report import (
     comparison_point,
+    inline_chart,
     metadata_float,
     point_change,
     progress_points,
     progress_table,
+    progress_verdict,
     write_progress_chart,
 )
 from .optional import optional_asset
@@ -85,9 +87,16 @@ def build_progress(
         document = {"schema_version": SuiteProgress.SCHEMA, "suite": name, "points": points}
         core.write_json_atomic(saved, SuiteProgress.parse(document, str(saved)).to_json())
         latest = points[-1]
+        viewer = settings.viewer.base_url.rstrip("/")
         yield dg.MaterializeResult(
             asset_key=progress_key,
             metadata={
+                # The verdict first, rounded, as text; the chart drawn in place (via the viewer); then the
+                # points; the raw floats (the Plots tab) and the embedded chart (a click away) last.
+                "verdict": progress_verdict(latest),
+                "chart": inline_chart(viewer, run_storage.root_path, out_dir / "progress.png",
+                                      f"{name}: reward and success by training step"),
+                "points": dg.MetadataValue.table(*progress_table(points)),
                 "suite": name,
                 "checkpoints": len(points),
                 "latest_checkpoint": latest.checkpoint_id,
@@ -96,13 +105,12 @@ def build_progress(
                 "latest_success_rate": metadata_float(latest.success_rate),
                 # The minimum detectable difference of the latest comparison with the point before it.
                 "latest_mde_reward": metadata_float(_mde(latest.vs_previous, "reward")),
-                "latest_mde_r_success": metadata_float(_mde(latest.vs_previous, "r_success")),
-                "chart": dg.MetadataValue.md(
+                "latest_mde_success_rate": metadata_float(_mde(latest.vs_previous, "r_success")),
+                "chart_png": dg.MetadataValue.md(
                     f"![{name}: reward and success by training step](data:image/png;base64,{chart})"
                 ),
-                "points": dg.MetadataValue.table(*progress_table(points)),
                 "chart_path": dg.MetadataValue.path(str(out_dir / "progress.png")),
-                "runs_in_viewer": dg.MetadataValue.url(settings.viewer.base_url.rstrip("/") + "/"),
+                "runs_in_viewer": dg.MetadataValue.url(viewer + "/"),
             },
         )
 

@@ -102,7 +102,7 @@ def build_rollout_traces(name: str, *, rollout_key: dg.AssetKey, group: str, des
         group_name=group,
         deps=[JOB_PLAN],
         partitions_def=checkpoints,
-        check_specs=rollout_check_specs(rollout_key),
+        check_specs=rollout_check_specs(rollout_key, checkpoints),
         retry_policy=ROLLOUT_RETRY_POLICY,
         kinds={"python"},
         description=f"Episode traces of one checkpoint on {described} (``runs/{name}/<checkpoint>/traces.jsonl``). "

@@ -23,6 +23,7 @@ from shopsimrl_core.documents import CheckpointComparison
 from shopsimrl_core.documents._runs import SummaryInterval
 
 from ..registry import Checkpoint
+from ..report import metadata_float, rounded
 from ..settings import ComparisonSettings
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, RunStorage
@@ -46,6 +47,11 @@ def _fmt_ci(ci: Any) -> str:
     return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "–"
 
 
+def _bounds(ci: SummaryInterval | None) -> tuple[float | None, float | None]:
+    """The (low, high) of a summary interval, (None, None) without one."""
+    return (None, None) if ci is None else (ci.low, ci.high)
+
+
 def _interval_text(ci: SummaryInterval | None) -> str:
     # A summary's interval, or None when it could not be computed.
     if ci is None or ci.low is None or ci.high is None:
@@ -61,9 +67,12 @@ def regression_check_result(
     checkpoints: list[Checkpoint],
     run_storage: RunStorage,
     options: ComparisonSettings,
-    comparison_with: tuple[str, CheckpointComparison],
+    comparison_with: tuple[str, CheckpointComparison] | None,
 ) -> dg.AssetCheckResult:
-    """The ``no_regression_vs_best`` result of *current*: compared with the best checkpoint of a lower step."""
+    """The ``no_regression_vs_best`` result of *current*: compared with the best checkpoint of a lower step.
+
+    Its description and metadata name *current* (the check's page lists every checkpoint's results).
+    """
     earlier = [c for c in checkpoints if c.step < current.step and c.checkpoint_id != current.checkpoint_id]
     found = core.regression_against_best(
         _runs(run_storage, suite, earlier),
@@ -78,7 +87,9 @@ def regression_check_result(
             asset_key=asset_key,
             check_name=REGRESSION_CHECK[0],
             passed=True,
-            description="no earlier checkpoint with a summary on this suite: nothing to regress from",
+            description=f"{current.checkpoint_id}: no earlier checkpoint with a summary on this suite, nothing to "
+            "regress from",
+            metadata={"checkpoint": current.checkpoint_id},
         )
     best = found.best
     text = (
@@ -90,8 +101,9 @@ def regression_check_result(
         check_name=REGRESSION_CHECK[0],
         passed=not found.regressed,
         severity=dg.AssetCheckSeverity.ERROR,
-        description=("regressed: " if found.regressed else "no regression: ") + text,
+        description=f"{current.checkpoint_id}: " + ("regressed: " if found.regressed else "no regression: ") + text,
         metadata={
+            "checkpoint": current.checkpoint_id,
             "best_earlier": best.checkpoint_id,
             "best_earlier_reward": float(best.reward_mean or 0.0),  # ranked runs have a reward mean
             "delta_reward": float(found.delta),
@@ -174,25 +186,31 @@ def build_best_checkpoint_asset(name: str, group: str, summary_key: dg.AssetKey)
                 dg.TableColumn("success", "float"),
             ]
         )
+        reward_ci, success_ci = best.reward_ci, best.success_ci
+        reward_text = rounded(best.reward_mean, *_bounds(reward_ci))
+        success_text = rounded(best.success_rate, *_bounds(success_ci))
         yield dg.MaterializeResult(
             asset_key=key,
             metadata={
+                # The verdict first, rounded, as text; the ranking; the raw floats (the Plots tab) last.
+                "verdict": f"best: {best.checkpoint_id} (step {best.step}), reward {reward_text}, success "
+                f"{success_text}; {verdict}",
+                "ranking": dg.MetadataValue.table(rows, schema=schema),
                 "suite": name,
                 "best_checkpoint": best.checkpoint_id,
                 "best_step": best.step,
-                "best_reward": float(best.reward_mean or 0.0),
-                "best_reward_ci": dg.MetadataValue.null()
-                if best.reward_ci is None
-                else dg.MetadataValue.json(best.reward_ci.to_json()),
-                "best_success_rate": dg.MetadataValue.null()
-                if best.success_rate is None
-                else float(best.success_rate),
                 "runner_up": runner_up.checkpoint_id if runner_up is not None else dg.MetadataValue.null(),
                 "distinguishable": dg.MetadataValue.null()
                 if found.distinguishable is None
                 else bool(found.distinguishable),
-                "verdict": verdict,
-                "ranking": dg.MetadataValue.table(rows, schema=schema),
+                "best_reward": float(best.reward_mean or 0.0),
+                "best_reward_ci_low": metadata_float(_bounds(reward_ci)[0]),
+                "best_reward_ci_high": metadata_float(_bounds(reward_ci)[1]),
+                "best_success_rate": dg.MetadataValue.null()
+                if best.success_rate is None
+                else float(best.success_rate),
+                "best_success_ci_low": metadata_float(_bounds(success_ci)[0]),
+                "best_success_ci_high": metadata_float(_bounds(success_ci)[1]),
                 "path": dg.MetadataValue.path(str(out)),
             },
         )

@@ -17,6 +17,7 @@ from shopsimrl_core.documents._runs import SummaryBreakdowns
 from ..report import (
     category_table,
     design_text,
+    inline_chart,
     interval_note,
     mapping_table,
     metadata_float,
@@ -54,7 +55,8 @@ def _cached_chart(path: Path, drawn: dict[str, Any], draw: Any) -> str:
 
 
 def _summary_metadata(
-    summary: EvalSummary, suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str
+    summary: EvalSummary, suite_name: str, run_dir: Path, chart_b64: str, chart_path: Path, viewer_url: str,
+    inline: Any = None,
 ) -> dict[str, Any]:
     counts, primary, behavior = summary.counts, summary.primary, summary.behavior
     success_ci, reward_ci, design = primary.success_ci, primary.reward_ci, primary.sampling_design
@@ -68,6 +70,8 @@ def _summary_metadata(
         # repeats), then the raw floats (the UI plots these across partitions).
         "reward_display": rounded(reward, reward_low, reward_high, interval_note(reward_ci, design, "reward")),
         "success_display": rounded(success, success_low, success_high, interval_note(success_ci, design, "success")),
+        # The chart drawn in place (served by the viewer, pinned by its hash); the embedded one is a click away.
+        "chart": dg.MetadataValue.null() if inline is None else inline,
         # Raw floats (the UI plots these across partitions) beside rounded text for reading.
         "reward": metadata_float(reward),
         "reward_ci_low": metadata_float(reward_low),
@@ -84,7 +88,7 @@ def _summary_metadata(
             *mapping_table(behavior.termination_reasons, "reason", "episodes")
         ),
         "per_category": dg.MetadataValue.table(*category_table(summary)),
-        "chart": dg.MetadataValue.md(f"![success and reward by category](data:image/png;base64,{chart_b64})"),
+        "chart_png": dg.MetadataValue.md(f"![success and reward by category](data:image/png;base64,{chart_b64})"),
         "chart_path": dg.MetadataValue.path(str(chart_path)),
         "coverage": float(counts.coverage),
         "episodes_completed": counts.completed,
@@ -178,7 +182,9 @@ def build_eval_summary(
             lambda: write_category_chart(chart_path, summary, title),
         )
         url = viewer_run_url(settings, run_storage, name, context.partition_key)
-        metadata = _summary_metadata(summary, name, run_dir, chart, chart_path, url)
+        inline = inline_chart(settings.viewer.base_url, run_storage.root_path, chart_path,
+                              "success and reward by category")
+        metadata = _summary_metadata(summary, name, run_dir, chart, chart_path, url, inline)
         with as_failure():
             metadata.update(_episode_metrics_metadata(core.episode_metrics(run_dir)))
         return dg.MaterializeResult(metadata=metadata)

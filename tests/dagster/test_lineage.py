@@ -36,8 +36,9 @@ def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_sett
         }
         train = run_job(location, "evaluate_train", instance, "ckpt-step-000200")
         for result in [*results.values(), train]:
-            # The rollout's five checks; the val run of step 200 also has a comparison, and its regression check.
-            assert len(_checks(result)) == 5 + (result is results["ckpt-step-000200"]) and all(_checks(result).values())
+            # The rollout's five checks; each val run also has its comparison (step 100's: "no baseline") and its
+            # regression check; train's step 200 waits for a train summary of step 100 (none here).
+            assert len(_checks(result)) == 5 + (result is not train) and all(_checks(result).values())
         assert _checks(results["ckpt-step-000200"])["no_regression_vs_best"] is True
         for result in [*results.values(), train]:
             # Evaluation jobs materialize evaluation assets only (never the skills lineage).
@@ -61,10 +62,10 @@ def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_sett
             )
             assert summary["chart"].startswith("![")
 
-        # The first checkpoint has no baseline: the comparison is not materialized at all (nothing fake).
-        assert "val/checkpoint_comparison" not in {
-            e.asset_key.to_user_string() for e in results["ckpt-step-000100"].get_asset_materialization_events()
-        }
+        # The first checkpoint has no baseline: materialized as just that (issue 33), with no comparison document.
+        first = materialized(results["ckpt-step-000100"], "val/checkpoint_comparison")
+        assert first["verdict"].startswith("no baseline: ") and first["baseline"] is None
+        assert not list((sandbox_settings.runs_root / "val" / "ckpt-step-000100").glob("comparison*.json"))
         second = materialized(results["ckpt-step-000200"], "val/checkpoint_comparison")
         assert second["baseline"] == "ckpt-step-000100" and second["pairs"] == 8
         assert (

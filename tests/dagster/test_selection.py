@@ -56,11 +56,16 @@ def test_a_worse_checkpoint_trips_the_regression_check_and_best_checkpoint_names
         meta = materialized(best, "val/best_checkpoint")
 
     runs = settings.runs_root / "val"
-    assert "c-100" not in checks  # nothing earlier to regress from: no comparison, no check
+    # Nothing earlier to regress from: "no baseline" is materialized and the check says why it passes.
+    assert checks["c-100"].passed and checks["c-100"].partition == "c-100"
+    assert checks["c-100"].description == (
+        "c-100: no earlier checkpoint with a summary on this suite, nothing to regress from"
+    )
     assert checks["c-200"].passed
     bad = checks["c-300"]
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
-    assert bad.description.startswith("regressed: Δ reward vs best earlier checkpoint c-200 (step 200)")
+    assert bad.description.startswith("c-300: regressed: Δ reward vs best earlier checkpoint c-200 (step 200)")
+    assert bad.partition == "c-300"  # the check's page names each result's checkpoint
     # The check's numbers are the core's paired comparison of c-300 against the best earlier one, c-200.
     expected = core.compare_runs(runs / "c-200", runs / "c-300", bootstrap_samples=200).paired.metrics["reward"]
     values = {k: getattr(v, "value", v) for k, v in bad.metadata.items()}
@@ -76,6 +81,7 @@ def test_a_worse_checkpoint_trips_the_regression_check_and_best_checkpoint_names
     difference = core.compare_runs(runs / "c-100", runs / "c-200", bootstrap_samples=200).paired.metrics["reward"]
     assert difference.confidence_interval is not None
     assert meta["distinguishable"] is (difference.confidence_interval[0] > 0)
-    assert meta["verdict"].startswith(("distinguishable from c-100", "not distinguishable from c-100"))
+    assert meta["verdict"].startswith("best: c-200 (step 200), reward ")
+    assert "; distinguishable from c-100" in meta["verdict"] or "; not distinguishable from c-100" in meta["verdict"]
     on_disk = json.loads((settings.runs_root / "_progress" / "val" / "best_checkpoint.json").read_text())
     assert [row["checkpoint_id"] for row in on_disk["ranking"]] == ["c-200", "c-100", "c-300"]
