@@ -277,11 +277,14 @@ class TrainingSession:
                               code="group-size-mismatch")
 
     async def play(self, task_id: int, sample_index: int, *, group_index: int | None = None,
-                   model: ChatModel | None = None) -> TrainingEpisode:
+                   model: ChatModel | None = None, retry_model: ChatModel | None = None) -> TrainingEpisode:
         """Play one sample of a group of *task_id*; complete the group when it is the last.
 
         *model* None plays with the token backend (exact tokens recorded); a chat model plays without tokens
-        (e.g. a trainer's own client). Never waits for the group's other samples.
+        (e.g. a trainer's own client). Never waits for the group's other samples. The group's diagnostic retry
+        (if this sample completes the group) plays with *retry_model*, else with the token backend when the session
+        has one, else with *model* — a trainer whose *model* records what it is asked (verifiers' per-rollout
+        endpoint) passes another one so the retry is never taken for part of this sample.
 
         Raises:
             ConfigError: a task outside the session's train split or of a guarded split, a sample index outside
@@ -300,7 +303,8 @@ class TrainingSession:
             group.playing.discard(sample_index)
         group.members[sample_index] = episode
         if len(group.members) == self.group_size and group.triage is None:
-            group.triage = await self._complete_group(group, model)
+            chosen = retry_model if retry_model is not None else (None if self.backend is not None else model)
+            group.triage = await self._complete_group(group, chosen)
         return episode
 
     async def play_group(self, task_id: int, *, group_index: int | None = None,
