@@ -12,7 +12,7 @@ import pytest
 from shopsimrl_core.skills import AnalystModel, Trace2SkillConfig, run_online_failure_analysis
 from shopsimrl_core.skills.trace2skill._online import pending_analysis_episodes
 from shopsimrl_core.training import TrainingSession, VLLMChatBackend
-from testkit.trainingkit import lapse_curriculum, policy_server, training_config, write_split_subset
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit.trainingkit import training_config, write_split_subset
+from testkit.training_sandbox import training_config, write_split_subset
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.training._samples import build_samples, placeholder_sample

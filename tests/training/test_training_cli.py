@@ -15,7 +15,7 @@ import yaml
 from shopsimrl_core.export import export_slime_tasks
 from shopsimrl_core.skills._curriculum import write_curriculum
 from shopsimrl_core.training._factory import session_from_training_config
-from testkit.trainingkit import lapse_curriculum, policy_server, training_config, write_split_subset
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from shopsimrl_core import load_config, run_evaluation
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.documents import GroupTriage, TokenSampleLine
 from shopsimrl_core.training import SamplingSpec, TrainingSession, VLLMChatBackend, parse_assistant_text
-from testkit.trainingkit import lapse_curriculum, policy_server, training_config, write_split_subset
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 

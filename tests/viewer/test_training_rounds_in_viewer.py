@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from shopsimrl_core.training import TrainingSession, VLLMChatBackend
-from testkit.trainingkit import training_config, write_split_subset
+from testkit.training_sandbox import training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 
