@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 from shopsimrl_core.skills import AnalystModel, Trace2SkillConfig, run_online_failure_analysis
 from shopsimrl_core.skills.trace2skill._online import pending_analysis_episodes
 from shopsimrl_core.training import TrainingSession, VLLMChatBackend
-from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Helpers of the training tests over the sandbox: a policy server on a checkpoint, configs, curricula, split subsets."""
+"""Sandbox helpers of the training tests: a policy server on a checkpoint, configs, curricula, split subsets."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def policy_server(folder: Path, lapses: dict[str, float], *, model: str = "polic
     try:
         while not ready.exists():
             if process.poll() is not None:
-                raise AssertionError(f"policy server exited: {process.stderr.read().decode() if process.stderr else ''}")
+                said = process.stderr.read().decode() if process.stderr else ""
+                raise AssertionError(f"policy server exited: {said}")
             time.sleep(0.05)
         while True:  # the file may be seen before it is written whole
             try:
@@ -87,7 +88,7 @@ def training_config(folder: Path, *, split_file: Path, env_url: str, policy_url:
 
 def lapse_curriculum(chunks: dict[str, str], *, round_id: str = "round-001", seed: int = 5,
                      skill_free_probability: float = 1.0) -> dict[str, Any]:
-    """A frozen curriculum of *chunks* (id → text); q = 1 makes every group skill-free (the full text only in retries)."""
+    """A frozen curriculum of *chunks* (id → text); q = 1: every group skill-free (the full text only in retries)."""
     from shopsimrl_core.skills._curriculum import build_curriculum
 
     bank = {"schema_version": "shopsimrl-skillbank-v1", "bank_version": "1", "skills": [

@@ -13,8 +13,9 @@ from shopsimrl_core.training._tokens import check_turn_tokens
 
 
 def _turn(step: int, prompt: list[int], output: list[int]) -> TurnTokens:
-    return TurnTokens(prompt_ids=prompt, output_ids=output, output_logprobs=[-0.1 * (i + 1) for i in range(len(output))],
-                      finish_reason="stop", step_index=step)
+    logprobs = [-0.1 * (i + 1) for i in range(len(output))]
+    return TurnTokens(prompt_ids=prompt, output_ids=output, output_logprobs=logprobs, finish_reason="stop",
+                      step_index=step)
 
 
 def _sampled(samples: list) -> list[tuple[int, float]]:
@@ -54,7 +55,9 @@ def test_an_aborted_episode_is_one_zero_loss_placeholder() -> None:
 
 
 @pytest.mark.parametrize(("spec", "field"), [
-    (SamplingSpec(top_p=0.9), "top_p"), (SamplingSpec(top_k=50), "top_k"), (SamplingSpec(temperature=0.0), "temperature"),
+    (SamplingSpec(top_p=0.9), "top_p"),
+    (SamplingSpec(top_k=50), "top_k"),
+    (SamplingSpec(temperature=0.0), "temperature"),
 ])
 def test_sampling_the_trainer_cannot_replay_is_refused_in_one_line(spec: SamplingSpec, field: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 from shopsimrl_core.export import export_slime_tasks
 from shopsimrl_core.skills._curriculum import write_curriculum
 from shopsimrl_core.training._factory import session_from_training_config
-from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 

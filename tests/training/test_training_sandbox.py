@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 from shopsim_sandbox.policy import tokens as sandbox_tokens
 from shopsimrl_core import load_config, run_evaluation
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core.documents import GroupTriage, TokenSampleLine
 from shopsimrl_core.training import SamplingSpec, TrainingSession, VLLMChatBackend, parse_assistant_text
-from testkit.training_sandbox import lapse_curriculum, policy_server, training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,8 @@ def test_triage_separates_what_skills_fix_from_what_they_cannot(tmp_path: Path, 
     sidecar = (tmp_path / "idle" / "samples.jsonl").read_text().splitlines()
     assert {json.loads(line)["episode_id"] for line in sidecar} == set(pending)
     # every member of a group carried the group's one assignment (skill-free here, q = 1)
-    assert all(t["provenance"]["skills"]["mode"] == "skill_free" for t in traces if not t["training"]["diagnostic_retry"])
+    members = [t for t in traces if not t["training"]["diagnostic_retry"]]
+    assert all(t["provenance"]["skills"]["mode"] == "skill_free" for t in members)
 
 
 def test_guards_refuse_in_one_line_and_write_nothing(tmp_path: Path, sandbox: Any) -> None:

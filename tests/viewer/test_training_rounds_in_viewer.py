@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from testkit.training_sandbox import training_config, write_split_subset
 
 from shopsimrl_core.training import TrainingSession, VLLMChatBackend
-from testkit.training_sandbox import training_config, write_split_subset
 
 pytestmark = pytest.mark.slow
 
