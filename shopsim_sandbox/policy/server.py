@@ -253,6 +253,53 @@ class _PolicyServer:
                     for t, lp in zip(output_ids, tokens.token_logprobs(seed, output_ids))]}
         return JSONResponse(answer)
 
+    async def generate(self, request: Request) -> Response:
+        """SGLang's native ``/generate`` over the sandbox vocabulary: ``input_ids`` in, sampled ids and logprobs out.
+
+        The prompt is read back into messages and tools (``tokens.parse_prompt``) and answered by the same
+        decision as a chat request; ``meta_info.output_token_logprobs`` holds ``[logprob, id, null]`` per token.
+        """
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+            ids = body["input_ids"]
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise ValueError("input_ids must be a list of ints")
+            messages, tools = tokens.parse_prompt(ids)
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error(400, f"bad /generate request: {exc}", "BadRequestError")
+        params = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+        chat: dict[str, Any] = {"model": self.model_name, "messages": messages, "tools": tools}
+        if isinstance(params.get("sampling_seed"), int):
+            chat["seed"] = params["sampling_seed"]
+        if isinstance(params.get("max_new_tokens"), int):
+            chat["max_tokens"] = params["max_new_tokens"]
+        if isinstance(params.get("temperature"), (int, float)):
+            chat["temperature"] = params["temperature"]
+        digest = hashlib.sha256(raw).hexdigest()
+        fault = self.faults.decide("generate:" + digest)
+        delay = self.latency_ms + fault.delay_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        if fault.status is not None:
+            return _error(fault.status, f"injected fault: HTTP {fault.status}", _FAULT_TYPES[fault.status])
+        completion = self._complete(chat, digest, fault)
+        content, calls = completion.cut or (completion.content, completion.tool_calls)
+        output_ids = tokens.render_answer(content, completion.reasoning, calls,
+                                          finished=completion.finish_reason != "length")
+        if completion.cut is not None:
+            output_ids = output_ids[: completion.completion_tokens]
+        logprobs = tokens.token_logprobs(chat.get("seed", 0), output_ids)
+        finish: dict[str, Any] = {"type": "length", "length": len(output_ids)}
+        if completion.finish_reason != "length":
+            finish = {"type": "stop", "matched": tokens.IM_END}
+        return JSONResponse({
+            "text": tokens.decode(output_ids), "output_ids": output_ids,
+            "meta_info": {"id": digest[:32], "finish_reason": finish, "prompt_tokens": len(ids),
+                          "completion_tokens": len(output_ids),
+                          "output_token_logprobs": [[lp, t, None] for t, lp in zip(output_ids, logprobs)]},
+        })
+
     async def _chunks(self, response_id: str, c: _Completion, include_usage: bool) -> AsyncIterator[bytes]:
         created = int(time.time())
 
@@ -308,6 +355,7 @@ def build_policy_app(*, seed: int = 0, latency_ms: float = 0, faults: FaultConfi
     routes = [
         Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
+        Route("/generate", server.generate, methods=["POST"]),  # SGLang's native API (exact-token training)
     ]
     if max_lora_rank is not None and runtime_lora:
         routes += [Route("/v1/load_lora_adapter", server.load_lora_adapter, methods=["POST"]),

@@ -23,7 +23,10 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["PAD", "IM_START", "IM_END", "encode", "decode", "render_prompt", "render_answer", "token_logprobs"]
+__all__ = [
+    "PAD", "IM_START", "IM_END", "encode", "decode", "render_prompt", "render_answer", "token_logprobs",
+    "parse_prompt", "SandboxTokenizer",
+]
 
 PAD, IM_START, IM_END = 0, 1, 2
 _OFFSET = 3
@@ -105,3 +108,103 @@ def token_logprobs(seed: int, ids: list[int]) -> list[float]:
         digest = hashlib.sha256(f"{seed}:{position}:{token}".encode()).digest()
         values.append(-round((int.from_bytes(digest[:2], "big") / 65535.0) * 2.0 + 1e-4, 6))
     return values
+
+
+def _split_turns(ids: list[int]) -> list[tuple[str, str]]:
+    turns: list[tuple[str, str]] = []
+    current: list[int] | None = None
+    for token in ids:
+        if token == IM_START:
+            current = []
+        elif token == IM_END:
+            if current is not None:
+                role, _, text = decode(current).partition("\n")
+                turns.append((role, text))
+            current = None
+        elif current is not None:
+            current.append(token)
+    if current is not None:  # the open generation prompt
+        role, _, text = decode(current).partition("\n")
+        turns.append((role, text))
+    return turns
+
+
+def parse_prompt(ids: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The conversation and tools a prompt rendered by :func:`render_prompt` stands for (SGLang's ``/generate``).
+
+    Calls get positional ids (``call-<n>``) and each ``tool`` turn answers the next unanswered call, as the
+    Hermes format pairs them.
+    """
+    messages: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] | None = None
+    pending: list[str] = []
+    count = 0
+    turns = _split_turns(ids)
+    if turns and turns[-1] == ("assistant", ""):
+        turns = turns[:-1]  # the generation prompt
+    for role, text in turns:
+        if role == "system" and "<tools>\n" in text:
+            head, _, rest = text.partition("\n\n<tools>\n") if "\n\n<tools>\n" in text else ("", "", text[8:])
+            tools = [json.loads(line) for line in rest.rsplit("\n</tools>", 1)[0].splitlines() if line.strip()]
+            if head:
+                messages.append({"role": "system", "content": head})
+        elif role == "assistant":
+            calls: list[dict[str, Any]] = []
+            content = text
+            while "<tool_call>\n" in content:
+                before, _, after = content.partition("<tool_call>\n")
+                body, _, content = after.partition("\n</tool_call>")
+                call = json.loads(body)
+                count += 1
+                calls.append({"id": f"call-{count}", "type": "function",
+                              "function": {"name": call["name"],
+                                           "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
+                content = before + content
+            message: dict[str, Any] = {"role": "assistant", "content": content.strip() or None}
+            if calls:
+                message["tool_calls"] = calls
+                pending.extend(c["id"] for c in calls)
+            messages.append(message)
+        elif role == "tool":
+            inner = text.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
+            messages.append({"role": "tool", "tool_call_id": pending.pop(0) if pending else "", "content": inner})
+        else:
+            messages.append({"role": role, "content": text})
+    return messages, tools
+
+
+class SandboxTokenizer:
+    """The sandbox's vocabulary and template behind the interface a ``transformers`` tokenizer offers.
+
+    For clients that render prompts themselves (SGLang's ``/generate``): ``apply_chat_template`` and ``decode``.
+    """
+
+    chat_template = "shopsim-sandbox-chatml-hermes"
+
+    def apply_chat_template(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                            add_generation_prompt: bool = True, tokenize: bool = True, **_: Any) -> Any:
+        """The prompt ids (or, with ``tokenize=False``, its text with the special tokens spelled out)."""
+        ids = render_prompt(conversation, tools)
+        return ids if tokenize else _spell(ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False, **_: Any) -> str:
+        """The text of *ids* (special tokens dropped when asked)."""
+        return decode(ids) if skip_special_tokens else _spell(ids)
+
+
+_SPECIAL = {IM_START: "<|im_start|>", IM_END: "<|im_end|>", PAD: "<|pad|>"}
+
+
+def _spell(ids: list[int]) -> str:
+    """The text of *ids* with special tokens spelled out (runs of bytes decoded together)."""
+    parts: list[str] = []
+    run: list[int] = []
+    for token in ids:
+        if token in _SPECIAL:
+            parts.append(decode(run))
+            parts.append(_SPECIAL[token])
+            run = []
+        else:
+            run.append(token)
+    parts.append(decode(run))
+    return "".join(parts)

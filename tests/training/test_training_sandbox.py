@@ -176,3 +176,43 @@ def test_guards_refuse_in_one_line_and_write_nothing(tmp_path: Path, sandbox: An
                                  "group-duplicate"]
     assert not (tmp_path / "never").exists()
     assert len((tmp_path / "out" / "traces.jsonl").read_text().splitlines()) == 1  # only the one real episode
+
+
+def test_sglang_generate_backend_plays_the_same_episodes(tmp_path: Path, sandbox: Any) -> None:
+    """The SGLang path: prompt rendered client-side with the policy's tokenizer, ids to /generate, Hermes parsed."""
+    from shopsim_sandbox.policy.tokens import SandboxTokenizer
+    from shopsimrl_core.training import ChatTemplate, SGLangGenerateBackend
+
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 3})
+    config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url, policy_url=sandbox.policy_url,
+                             model=sandbox.served_model)
+    chat = _session(config, tmp_path / "chat", group_size=1)
+    by_chat = {e.task_id: e for e in _play(chat, [0, 1, 2])}
+    template = ChatTemplate(SandboxTokenizer(), source="sandbox tokenizer")
+    backend = SGLangGenerateBackend(sandbox.policy_url.removesuffix("/v1"), template, model=sandbox.served_model)
+    native = TrainingSession.from_config(config, backend=backend, out_dir=tmp_path / "native", group_size=1)
+    for episode in _play(native, [0, 1, 2]):
+        twin = by_chat[episode.task_id]
+        assert episode.record["training"]["backend"]["kind"] == "sglang-generate"
+        assert _moves(episode.record) == _moves(twin.record)
+        assert episode.reward == twin.reward and not episode.aborted
+        # the same conversation rendered by the client gives the ids the server rendered itself
+        assert [s.prompt_ids for s in episode.samples] == [s.prompt_ids for s in twin.samples]
+        assert [s.sampled_ids() for s in episode.samples] == [s.sampled_ids() for s in twin.samples]
+
+
+def test_a_template_without_tools_or_chat_template_is_refused(tmp_path: Path) -> None:
+    from shopsim_sandbox.policy.tokens import SandboxTokenizer
+    from shopsimrl_core.training import ChatTemplate
+
+    class NoTools(SandboxTokenizer):
+        def apply_chat_template(self, conversation: Any, tools: Any = None, **kwargs: Any) -> Any:
+            return super().apply_chat_template(conversation, None, **kwargs)
+
+    class NoTemplate(SandboxTokenizer):
+        chat_template = None  # type: ignore[assignment]
+
+    for tokenizer, code in ((NoTools(), "chat-template-no-tools"), (NoTemplate(), "tokenizer-no-chat-template")):
+        with pytest.raises(ConfigError) as caught:
+            ChatTemplate(tokenizer, source="tok")
+        assert caught.value.code == code and "\n" not in str(caught.value)
