@@ -461,6 +461,11 @@ def _leave(pool: Pool, served: _Served, server: LaunchedServer, config: EvalConf
         )
         return
     fd = pool.last_user(served.key)
+    for _ in range(10):  # the keeper takes the lock for an instant every poll: that is not another run
+        if fd is not None:
+            break
+        time.sleep(0.02)
+        fd = pool.last_user(served.key)
     if fd is None:
         say(f"left inference server pgid {server.pgid} running for the other runs using it")
         return
