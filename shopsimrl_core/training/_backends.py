@@ -51,8 +51,10 @@ class VLLMChatBackend:
     body it received. Streaming is off (the token ids come with the whole answer).
     """
 
-    def __init__(self, model: Any, *, transport: Any = None) -> None:
+    def __init__(self, model: Any, *, transport: Any = None, client_overrides: dict[str, Any] | None = None) -> None:
         self.model_config = model
+        self.client_overrides = dict(client_overrides or {})
+        """Client settings that differ from the section's (the preflight's probe: one attempt)."""
         self.base_url = str(model.base_url).rstrip("/")
         self.model = str(model.name)
         self._transport = transport
@@ -80,7 +82,7 @@ class VLLMChatBackend:
         extra = {**dict(self.model_config.extra_body), "logprobs": True, "return_token_ids": True}
         client = ReplicatedChatModelClient.from_config(
             self.model_config, transport=self._transport, temperature=sampling.temperature, top_p=None,
-            max_tokens=sampling.max_tokens, stream=False, extra_body=extra)
+            max_tokens=sampling.max_tokens, stream=False, extra_body=extra, **self.client_overrides)
         await client.__aenter__()
         self._client, self._sampling = client, sampling
         return client

@@ -24,6 +24,9 @@ _INSTALL = "install the training extra: pip install 'shopsimrl[trl]'"
 
 
 def _transformers() -> Any:
+    # transformers warns at import that torch is missing: true, and beside the point for loading a tokenizer
+    # (a torch-less backend needs none); a missing torch for the in-process backend fails on its own, in one line
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         import transformers
     except ImportError:

@@ -131,9 +131,17 @@ def _check_task_data(report: TrainingPreflight, label: str, path: Path, split: A
 
 
 async def _probe_backend(report: TrainingPreflight, label: str, backend: Any, sampling: Any) -> None:
+    import logging
+
+    from shopsimrl_core.training._backends import VLLMChatBackend
     from shopsimrl_core.training._tokens import SamplingSpec, check_turn_tokens
 
+    if isinstance(backend, VLLMChatBackend):  # one attempt: the preflight reports a failure itself, in one line
+        backend = VLLMChatBackend(backend.model_config, client_overrides={"max_retries": 1})
     spec = SamplingSpec(temperature=sampling.temperature, max_tokens=min(8, sampling.max_tokens))
+    model_log = logging.getLogger("shopsimrl_core.model")
+    level = model_log.level
+    model_log.setLevel(logging.ERROR)
     try:
         _, tokens = await backend.generate([{"role": "user", "content": "ping"}], None, seed=0, sampling=spec)
         check_turn_tokens(tokens, f"{label}: backend probe")
@@ -141,12 +149,14 @@ async def _probe_backend(report: TrainingPreflight, label: str, backend: Any, sa
             raise ValueError("the probe turn sampled no token")
         report.checked.append(f"backend {backend.identity.get('kind')}: exact tokens with logprobs")
     except ShopSimRLError as exc:
-        report.problems.append(str(exc).splitlines()[0])
+        first = str(exc).splitlines()[0] if str(exc) else exc.code
+        report.problems.append(f"{label}: backend: {first}" if not first.startswith(label) else first)
     except Exception as exc:  # transport trouble, an HTTP status, a malformed answer: one line
         report.problems.append(f"{label}: backend: the token backend did not answer a probe turn with exact tokens "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); check "
                                "backend.base_url and that the server returns token ids and logprobs")
     finally:
+        model_log.setLevel(level)
         await backend.aclose()
 
 

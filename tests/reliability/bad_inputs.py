@@ -476,6 +476,36 @@ def training_case(
     return build
 
 
+def tokenizer_folder(chat_template: str | None) -> Callable[[Path], None]:
+    """A real (tiny) tokenizer folder `tok/` that transformers loads offline, with *chat_template* (None: none)."""
+
+    def make(folder: Path) -> None:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        (folder / "tok").mkdir()
+        tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "ping": 1}, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        tokenizer.save(str(folder / "tok" / "tokenizer.json"))
+        config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+        if chat_template is not None:
+            config["chat_template"] = chat_template
+        (folder / "tok" / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+
+    return make
+
+
+def tokenizer_case(chat_template: str | None) -> Callable[[Path, Servers | None], list[str]]:
+    """`training preflight` with `backend.kind: sglang-generate` and the tokenizer of :func:`tokenizer_folder`."""
+    inner = training_case({"backend.kind": "sglang-generate", "backend.tokenizer": "tok"})
+
+    def build(folder: Path, srv: Servers | None) -> list[str]:
+        argv = inner(folder, srv)
+        tokenizer_folder(chat_template)(folder)
+        return argv
+
+    return build
+
+
 CASES: list[Case] = [
     # --- the config file itself
     Case("config-missing", "config path that does not exist", cli("run", "TMP/nope.yaml"), 2, "input-missing"),
@@ -2293,6 +2323,11 @@ CASES: list[Case] = [
          needs_servers=True),
     Case("training-task-missing", "training task data missing a frozen train task",
          training_case(task_lines=((1, "train"),)), 2, "training-preflight", needs_servers=True),
+    Case("training-template-no-tools", "training tokenizer whose chat template drops the tools",
+         tokenizer_case("{% for m in messages %}{{ m['content'] }}\n{% endfor %}"), 2, "training-preflight",
+         needs_servers=True),
+    Case("training-no-chat-template", "training tokenizer without a chat template",
+         tokenizer_case(None), 2, "training-preflight", needs_servers=True),
     Case("training-group-size", "training `group_size: 0`",
          training_case({"group_size": 0}), 2, "config-invalid", needs_servers=True),
     Case("training-unknown-key", "training config with a misspelt key (`group_sise`)",
