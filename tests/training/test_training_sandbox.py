@@ -216,3 +216,38 @@ def test_a_template_without_tools_or_chat_template_is_refused(tmp_path: Path) ->
         with pytest.raises(ConfigError) as caught:
             ChatTemplate(tokenizer, source="tok")
         assert caught.value.code == code and "\n" not in str(caught.value)
+
+
+def test_a_server_without_exact_tokens_aborts_the_episode_as_a_zero_loss_sample(tmp_path: Path, sandbox: Any) -> None:
+    """An OpenAI server that ignores return_token_ids/logprobs: the episode aborts, its sample trains on nothing."""
+    from http.server import BaseHTTPRequestHandler
+
+    from testkit.loopback import threaded_server
+
+    class PlainChat(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "鞋"}'}}
+            body = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                 "finish_reason": "tool_calls"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    split = write_split_subset(tmp_path, Path(sandbox.split_file), {"train": 1})
+    with threaded_server(PlainChat) as port:
+        config = training_config(tmp_path, split_file=split, env_url=sandbox.env_url,
+                                 policy_url=f"http://127.0.0.1:{port}/v1", model="plain")
+        [episode] = _play(_session(config, tmp_path / "out", group_size=1), [0])
+    assert episode.aborted and episode.reward == 0.0
+    assert "return_token_ids" in episode.record["error"]["message"]
+    assert episode.record["training"]["samples"][0]["reason"] == "aborted"
+    assert [sum(s.loss_mask) for s in episode.samples] == [0]
+    triage = json.loads(next((tmp_path / "out" / "triage").glob("*.json")).read_text(encoding="utf-8"))
+    assert triage["classification"] == "environment_or_runtime_error"
