@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -112,6 +113,15 @@ def test_two_demos_at_once_serve_three_checkpoints_on_free_ports_and_resume(tmp_
     assert "episodes     60/60 completed (coverage 1.00, 60 reused from earlier runs)" in _block(
         second.stdout, CHECKPOINTS[2], "val"
     )
+    # Issue 33 item 6: the rerun's analyst (the sandbox's, on a new port) answers nothing: every analysis
+    # is reused, because the cache identity is the analyst's (analyst.identity), not its URL.
+    first_calls = [int(n) for n in re.findall(r"\((\d+) analyst calls this run\)", stdout)]
+    second_calls = [int(n) for n in re.findall(r"\((\d+) analyst calls this run\)", second.stdout)]
+    assert first_calls and sum(first_calls) > 0, stdout
+    assert len(second_calls) == len(first_calls) and sum(second_calls) == 0, second.stdout
+    # Item 11: the run dir line carries the README's server-logs note (a launched server's log is there).
+    assert f"  run dir      {home / 'runs' / 'val' / CHECKPOINTS[2]}     (server-logs/ holds the launched policy " \
+        "server's log)" in second.stdout
 
 
 def test_demo_reports_bad_settings_in_one_line(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ class DagsterDev:
     def __init__(self, base_url: str, log_path: Path) -> None:
         self.base_url = base_url
         self.log_path = log_path
+        self.viewer_url = ""  # the trace viewer the settings point at (viewer.base_url)
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
@@ -192,6 +193,21 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
     )
     settings["environment"]["base_url"] = sandbox.env_url
     settings["inference"].update(base_url=sandbox.policy_url, name=sandbox.served_model)
+    # The trace viewer on a port it picks: the asset pages link to it and draw their charts from it.
+    (work / "runs").mkdir()
+    viewer_log = work / "viewer.log"
+    with viewer_log.open("wb") as out:  # a file, not a pipe: nobody reads it while the tests run
+        viewer = subprocess.Popen(
+            [sys.executable, "-m", "shopsimrl_core.cli._main", "view", str(work / "runs"), "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    announced, started = "", time.monotonic()
+    while not announced.startswith("shopsimrl view: http://"):  # printed once the socket is bound
+        assert viewer.poll() is None, viewer_log.read_text(errors="replace")
+        assert time.monotonic() - started < 180, "shopsimrl view did not bind (as dagster dev's 180 s below)"
+        time.sleep(0.1)
+        announced = next(iter(viewer_log.read_text(errors="replace").splitlines()), "")
+    settings["viewer"] = {**(settings.get("viewer") or {}), "base_url": announced.split()[2].rstrip("/")}
     # Launched checkpoints (test_launch_backfill) answer each completion 50 ms late, so their servers overlap.
     settings["inference"]["launch"]["extra_args"] = ["--latency-ms", "50"]
     settings["suites"]["val"]["sample_size"] = 8
@@ -221,6 +237,7 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
         )
     server = DagsterDev(f"http://127.0.0.1:{port}", log_path)
     server.home, server.settings_path, server.runs_root, server.env = home, settings_path, work / "runs", env
+    server.viewer_url = settings["viewer"]["base_url"]
     try:
         deadline = time.monotonic() + 180
         status = None
@@ -234,6 +251,8 @@ def dagster_dev(tmp_path_factory: pytest.TempPathFactory, sandbox: Any) -> Itera
             time.sleep(0.5)
         yield server
     finally:
+        os.killpg(viewer.pid, signal.SIGTERM)  # the viewer's own group, started above
+        viewer.wait(timeout=30)
         os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=10)

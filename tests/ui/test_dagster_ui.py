@@ -144,8 +144,16 @@ def test_suite_partitions_progress_chart_and_skill_text_render_in_chromium(dagst
             if val["success_display"] != train["success_display"]:
                 assert train["success_display"] not in texts["val"]
 
-            progress = _page_text(page, f"{base}/assets/val/progress", "chart", output_dir / "val-progress-table.png")
+            progress = _page_text(page, f"{base}/assets/val/progress", "verdict", output_dir / "val-progress-table.png")
             assert "ui-step-000200" in progress and "ui-step-000100" in progress
+            # Issue 33: the verdict leads, rounded, and the chart is drawn in place (from the viewer), no click.
+            assert progress.index("verdict") < progress.index("latest_reward")
+            inline = page.locator(f'img[src^="{dagster_dev.viewer_url}/chart?"]').first
+            inline.wait_for(timeout=30000)
+            page.wait_for_function("img => img.complete && img.naturalWidth > 200", arg=inline.element_handle())
+            box = inline.bounding_box()
+            assert box is not None and box["width"] > 200 and box["height"] > 100
+            page.screenshot(path=str(output_dir / "val-progress-inline.png"), full_page=True)
             # The chart is a markdown image: the metadata table links to it ("[Show Markdown]" opens it).
             page.get_by_text("[Show Markdown]").first.click()
             chart = page.locator('img[src^="data:image/png;base64,"]').first
