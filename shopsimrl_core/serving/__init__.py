@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "LaunchedServer": "_launch",
     "ServerStartError": "_launch",
     "launched_server": "_launch",
+    "holding_servers": "_launch",
     "server_state_dir": "_launch",
     "ServerRecord": "_processes",
     "group_alive": "_processes",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.serving._launch import SERVER_LOG_DIR as SERVER_LOG_DIR
     from shopsimrl_core.serving._launch import LaunchedServer as LaunchedServer
     from shopsimrl_core.serving._launch import ServerStartError as ServerStartError
+    from shopsimrl_core.serving._launch import holding_servers as holding_servers
     from shopsimrl_core.serving._launch import launched_server as launched_server
     from shopsimrl_core.serving._launch import server_state_dir as server_state_dir
     from shopsimrl_core.serving._processes import ServerRecord as ServerRecord

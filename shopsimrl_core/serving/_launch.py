@@ -313,10 +313,54 @@ def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[
         finally:
             if server is not None and loaded:
                 _unload_adapter(served, server.base_url, config, say)
-            if use_fd is not None:
-                os.close(use_fd)
-            if server is not None:
-                _leave(pool, served, server, config, say)
+            hold = _HOLDS[-1] if _HOLDS else None
+            if use_fd is not None and server is not None and hold is not None and served.key not in hold.releases:
+                # Kept for the rest of the hold (the other suites of this Dagster run): a share stays taken.
+                hold.keep(served.key, use_fd, lambda: _leave(pool, served, server, config, hold.say))
+                say(f"holding inference server pgid {server.pgid} for the other evaluations of this run")
+            else:
+                if use_fd is not None:
+                    os.close(use_fd)
+                if server is not None and (hold is None or served.key not in hold.releases):
+                    _leave(pool, served, server, config, say)
+
+
+class _Hold:
+    """Servers kept running by :func:`holding_servers`: a use share and the leave to run at its end, per key."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.releases: dict[str, Callable[[], None]] = {}
+
+    def keep(self, key: str, use_fd: int, leave: Callable[[], None]) -> None:
+        def release() -> None:
+            os.close(use_fd)
+            leave()
+
+        self.releases[key] = release
+
+
+_HOLDS: list[_Hold] = []
+
+
+@contextmanager
+def holding_servers(say: Callable[[str], None]) -> Iterator[None]:
+    """Keep every server a launch inside the block used until the block ends, then leave each as a run would.
+
+    For one process that evaluates several things on one served identity in a row (a Dagster run that
+    materializes several suites of a checkpoint): with ``serve.idle_timeout`` 0 each evaluation would
+    stop the server and the next would load it again. Promise: a server used in the block is not
+    stopped before the block ends (unless it dies); on leaving, each is stopped when no other run uses
+    it and its idle timeout is 0, else left to the pool; *say* gets those lines.
+    """
+    hold = _Hold(say)
+    _HOLDS.append(hold)
+    try:
+        yield
+    finally:
+        _HOLDS.remove(hold)
+        for release in hold.releases.values():
+            release()
 
 
 def _gone(pool: Pool, key: str) -> str | None:

@@ -16,13 +16,16 @@ Assets never build HTTP clients or read environment variables: they ask these re
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 import shopsimrl_core as core
+from shopsimrl_core.serving import holding_servers
 
 from ..registry import Checkpoint, read_registry
 from ..settings import EnvironmentSettings, EvaluationSuite, InferenceSettings, PipelineSettings, load_pipeline_settings
@@ -79,6 +82,20 @@ class InferenceEndpoint(dg.ConfigurableResource):
 
     section: str = "{}"
     """The ``inference`` section of the pipeline settings, as JSON."""
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[InferenceEndpoint]:
+        """The resource for one run; in ``launch`` mode the servers its rollouts used stay up until the run ends.
+
+        A run that materializes several suites of a checkpoint (in-process executor: one process) then
+        loads the checkpoint once, even with ``launch.idle_timeout`` 0 (``core.serving.holding_servers``).
+        """
+        if self.settings().mode != "launch":
+            yield self
+            return
+        log = context.log
+        with holding_servers(log.info if log is not None else print):
+            yield self
 
     @classmethod
     def of(cls, **section: Any) -> InferenceEndpoint:
