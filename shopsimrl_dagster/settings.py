@@ -23,6 +23,7 @@ from shopsimrl_core import ConfigError
 from shopsimrl_core.runs import EnvironmentConfig, ModelConfig, PromptConfig, ServeConfig
 
 from .deploy.executors import ExecutionSettings
+from .training_settings import TrainingSettings, absolute_training_paths
 
 __all__ = [
     "PIPELINE_CONFIG_ENV",
@@ -363,6 +364,8 @@ class PipelineSettings(_Strict):
     skills: SkillsLineageSettings = Field(default_factory=lambda: SkillsLineageSettings())
     execution: ExecutionSettings = Field(default_factory=lambda: ExecutionSettings())
     """Executor of the evaluation jobs: in-process (default) or Celery workers (docs/scaling.md)."""
+    training: TrainingSettings | None = None
+    """The trainer of a training round, run through Dagster Pipes (docs/pipeline.md, "Training rounds")."""
     suites: dict[str, EvaluationSuite]
     source: Path | None = None
     """The file these settings were read from (filled in by the loader)."""
@@ -459,6 +462,7 @@ def read_settings_mapping(path: str | Path | None = None) -> tuple[Path, dict[st
     launch = inference.get("launch") if isinstance(inference, dict) else None
     if isinstance(launch, dict) and isinstance(launch.get("state_dir"), str):
         launch["state_dir"] = absolute(launch["state_dir"])
+    absolute_training_paths(raw.get("training"), absolute)
     for body in (raw.get("suites") or {}).values() if isinstance(raw.get("suites"), dict) else ():
         if isinstance(body, dict) and isinstance(body.get("skills"), str):
             body["skills"] = absolute(body["skills"])

@@ -10,6 +10,7 @@ its assets can use the location's resources.
 """
 
 import json
+from typing import Any
 
 import dagster as dg
 
@@ -22,6 +23,7 @@ from .resources import resources_from_settings
 from .schedules import build_nightly_schedule
 from .sensors import build_progress_sensor, build_registry_sensor
 from .skills import build_skill_assets, build_skills_job
+from .training_round import build_round_sensor, build_training_round_assets, build_training_round_jobs
 
 __all__ = ["pipeline_definitions", "build_definitions"]
 
@@ -56,11 +58,16 @@ def build_definitions(settings: PipelineSettings) -> dg.Definitions:
         assets.extend(build_suite_assets(name, suite))
     assets.extend(build_skill_assets(settings))
     assets.extend(build_research_assets(settings))  # docs/research.md
+    round_jobs: list[Any] = []
+    round_sensors: list[dg.SensorDefinition] = []
+    if settings.training is not None:  # a training round's trainer, triage and analysts (docs/research.md)
+        assets.extend(build_training_round_assets(settings))
+        round_jobs, round_sensors = build_training_round_jobs(), [build_round_sensor(settings)]
     analyst = AnalystEndpoint(section=json.dumps(settings.analyst.section()))
     return dg.Definitions(
         assets=assets,
-        jobs=[*evaluation_jobs(settings).values(), build_skills_job(settings), *build_research_jobs()],
-        sensors=[build_registry_sensor(settings), build_progress_sensor(settings)],
+        jobs=[*evaluation_jobs(settings).values(), build_skills_job(settings), *build_research_jobs(), *round_jobs],
+        sensors=[build_registry_sensor(settings), build_progress_sensor(settings), *round_sensors],
         schedules=[build_nightly_schedule(settings)],
         resources={**resources_from_settings(settings), "analyst": analyst},
         executor=dg.in_process_executor,

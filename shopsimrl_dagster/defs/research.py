@@ -194,7 +194,10 @@ def build_research_assets(settings: PipelineSettings) -> list[dg.AssetsDefinitio
                                        "skill_free_probability": cfg.skill_free_probability,
                                        "rho_min": cfg.rho_min, "rho_max": cfg.rho_max})
 
-    @dg.asset(key=POOL, group_name=_GROUP, partitions_def=training_rounds, kinds={"json"},
+    # with a training section, the pool follows the round's online analysis (defs/training_round.py)
+    pool_deps = [dg.AssetKey("round_online_analysis")] if settings.training is not None else []
+
+    @dg.asset(key=POOL, deps=pool_deps, group_name=_GROUP, partitions_def=training_rounds, kinds={"json"},
               description="The round's candidate pool (active bank + the round's failure proposals).")
     def round_candidate_pool(context: dg.AssetExecutionContext, config: RoundAssetConfig,
                              run_storage: RunStorage) -> dg.MaterializeResult:
