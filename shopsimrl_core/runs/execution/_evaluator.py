@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from shopsimrl_core.analysis._summary import summarize_run
 from shopsimrl_core.episode._trace import evaluator_boundary_record, is_complete, utc_now
 from shopsimrl_core.runs.config._config import EvalConfig
 from shopsimrl_core.runs.config._dotenv import apply_dotenv
+from shopsimrl_core.runs.execution._books import _Books, _finished
 from shopsimrl_core.runs.execution._evaluation_options import EvaluationOptions, RunResult
 from shopsimrl_core.runs.execution._loop import run_coroutine
 from shopsimrl_core.runs.execution._progress import ProgressTracker
@@ -107,12 +108,12 @@ async def arun_evaluation(config: EvalConfig, options: EvaluationOptions | None 
     plan = build_plan(config)
     if opts.skill_provider is not None or opts.plan_blocks:
         # Gates (runtime-semantics §16) inject per-episode assignments and add their block to the plan.
-        from shopsimrl_core._hashing import fingerprint as _fingerprint
+        from shopsimrl_core.runs.planning._plan_hash import plan_fingerprint
 
         if opts.skill_provider is not None:
             plan.skills = opts.skill_provider
         plan.semantic = {**plan.semantic, "skills": dict(plan.skills.identity), **(opts.plan_blocks or {})}
-        plan.fingerprint = _fingerprint(plan.semantic)
+        plan.fingerprint = plan_fingerprint(plan.semantic, plan.jobs)
     check_test_access(plan, allow_test_split=opts.allow_test_split, allow_test_rerun=opts.allow_test_rerun)
     resume_flag = config.experiment.resume if opts.resume is None else opts.resume
     attempts_cap = opts.max_attempts if opts.max_attempts is not None else config.experiment.attempts_per_invocation
@@ -284,28 +285,28 @@ async def _run_locked(
 
     index = store.index()
     tracker = ProgressTracker(len(plan.jobs), [opts.progress] if opts.progress is not None else None)
-    planned_ids = {job.episode_id for job in plan.jobs}
-    done_rewards: list[float] = []
-    for eid in planned_ids:
-        reward = index.entries[eid].reward if index.is_complete(eid) else None
-        if reward is not None:
-            done_rewards.append(reward)
-    tracker.preload(
-        sum(1 for eid in planned_ids if index.is_complete(eid)),
-        done_rewards,
-    )
+    # A finished run (every planned episode complete, nothing else) is told by the index's columns against the
+    # manifest's sorted ids; otherwise one pass over the planned ids (formatted once by the plan) and the
+    # index's cached columns. Neither builds an entry object or formats an id per episode (issue 33).
+    planned = None if resumed and _finished(store, index) else index.planned(plan.episode_ids)
+    if planned is None:
+        rewards = index.run_index.entry_column("reward")
+        tracker.preload(len(plan.jobs), [reward for reward in rewards if reward is not None])
+    else:
+        tracker.preload(sum(planned[1]), [reward for reward in planned[2] if reward is not None])
     from shopsimrl_core.runs.leases._outage import OutageError
 
     try:
         await _execute(
-            plan, store, index, tracker, opts, attempts_cap=attempts_cap, invocation_id=invocation_id, report=report
+            plan, store, planned, tracker, opts, attempts_cap=attempts_cap, invocation_id=invocation_id, report=report
         )
     except (asyncio.CancelledError, KeyboardInterrupt, OutageError):
         # Leave a summary of what exists; the traces are complete lines only.
         summarize_run(plan.run_dir, store=store)
         tracker.finish()
         raise
-    summary = summarize_run(plan.run_dir, store=store)
+    # Nothing appended: the index opened above is current, and a summary computed from it is reused as is.
+    summary = summarize_run(plan.run_dir, store=store, index=index if tracker.attempts == 0 else None)
     tracker.finish()
     return RunResult(
         run_dir=plan.run_dir,
@@ -323,28 +324,10 @@ async def _run_locked(
     )
 
 
-@dataclass
-class _Books:
-    """Per-episode counters of one invocation (lifetime lines, attempts now, completion, backoff)."""
-
-    lifetime: dict[str, int]
-    complete: dict[str, bool]
-    this_invocation: dict[str, int]
-    eligible: set[str]
-    failures: dict[str, int] = field(default_factory=dict)
-    not_before: dict[str, float] = field(default_factory=dict)
-
-    def may_attempt(self, job: EpisodeJob, attempts_cap: int, total_cap: int | None) -> bool:
-        eid = job.episode_id
-        if eid not in self.eligible or self.complete[eid] or self.this_invocation[eid] >= attempts_cap:
-            return False
-        return total_cap is None or self.lifetime[eid] < total_cap
-
-
 async def _execute(
     plan: EvalPlan,
     store: RunStore,
-    index: Any,
+    planned: tuple[list[int], list[bool], list[float | None]] | None,
     tracker: ProgressTracker,
     opts: EvaluationOptions,
     *,
@@ -367,11 +350,13 @@ async def _execute(
         episode_fn, finite = run_episode, DECODED_PARTS  # the clients below are the adapters'
     resilient = (opts.episode_fn is None) if opts.resilience is None else opts.resilience
     settings = _make_settings(plan)
+    lines, complete, _ = planned if planned is not None else ([], [], [])
+    jobs, ids = plan.jobs, (plan.episode_ids if planned is not None else [])
     books = _Books(
-        lifetime={job.episode_id: index.attempts(job.episode_id) for job in plan.jobs},
-        complete={job.episode_id: index.is_complete(job.episode_id) for job in plan.jobs},
-        this_invocation={job.episode_id: 0 for job in plan.jobs},
-        eligible={job.episode_id for job in plan.jobs if not opts.only_failed or index.attempts(job.episode_id) > 0},
+        lifetime=list(lines),
+        complete=list(complete),
+        this_invocation=[0] * len(jobs),
+        eligible=[count > 0 for count in lines] if opts.only_failed else None,
     )
     rng = random.Random()
     model, raw_env = _make_clients(plan, opts)
@@ -386,6 +371,7 @@ async def _execute(
         exclusive=opts.environment_exclusive if opts.environment_exclusive is not None
         else config.environment.exclusive,
         wanted_slots=config.experiment.concurrency,
+        shared_runs_root=config.environment.shared_runs_root,
     ))
     probes, probe_timeouts = _gate_probes(plan, opts, raw_env) if resilient else ({}, {})
     gate = OutageGate(
@@ -393,9 +379,9 @@ async def _execute(
     )
     tell_fault = EndpointFaultNotices(tracker.notice)
 
-    async def attempt(job: EpisodeJob) -> None:
-        eid = job.episode_id
-        wait = books.not_before.get(eid, 0.0) - time.monotonic()
+    async def attempt(at: int) -> None:
+        job, eid = jobs[at], ids[at]
+        wait = books.not_before.get(at, 0.0) - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         await gate.wait_open()
@@ -409,33 +395,33 @@ async def _execute(
             raise
         except Exception as exc:  # the runtime itself broke: store the boundary record (§6.7)
             record = boundary_record(job, exc)
-        books.lifetime[eid] += 1
-        books.this_invocation[eid] += 1
-        record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
+        books.lifetime[at] += 1
+        books.this_invocation[at] += 1
+        record["attempt"] = {"number": books.lifetime[at], "invocation_id": invocation_id}
         try:
             store.append(record, finite=finite)
         except (TypeError, ValueError) as exc:  # not serialisable (e.g. NaN): keep the failure visible
             record = boundary_record(job, exc)
-            record["attempt"] = {"number": books.lifetime[eid], "invocation_id": invocation_id}
+            record["attempt"] = {"number": books.lifetime[at], "invocation_id": invocation_id}
             store.append(record)
         done = is_complete(record)
-        books.complete[eid] = done
+        books.complete[at] = done
         if not done:
             tell_fault(record)
         if not done and resilient:
             service = suspected_service(record)
             if service is not None and await gate.check(service):
-                books.this_invocation[eid] -= 1  # lost to an outage: not the episode's fault
+                books.this_invocation[at] -= 1  # lost to an outage: not the episode's fault
             else:
-                books.failures[eid] = books.failures.get(eid, 0) + 1
-                books.not_before[eid] = time.monotonic() + retry_delay(books.failures[eid], rng)
+                books.failures[at] = books.failures.get(at, 0) + 1
+                books.not_before[at] = time.monotonic() + retry_delay(books.failures[at], rng)
         reward = record["final"].get("reward") if done else None
         reward = float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
         tracker.attempt(
             eid,
             complete=done,
             reward=reward,
-            exhausted=not done and not books.may_attempt(job, attempts_cap, total_cap),
+            exhausted=not done and not books.may_attempt(at, attempts_cap, total_cap),
         )
 
     await raw_env.__aenter__()  # open the pools now: they are closed (bounded) in the finally below
@@ -448,10 +434,14 @@ async def _execute(
                     + (f"; {kept} could not be released (other environment URL or release failing)" if kept else "")
                 )
             tracker.start()
+            # An episode that may not be attempted in one wave may not in any later one (completion and the
+            # attempt counts only grow), so each wave looks only at the previous wave's episodes.
+            candidates = [at for at, done in enumerate(books.complete) if not done]
             while True:
-                pending = [job for job in plan.jobs if books.may_attempt(job, attempts_cap, total_cap)]
+                pending = [at for at in candidates if books.may_attempt(at, attempts_cap, total_cap)]
                 if not pending:
                     break
+                candidates = pending
                 tracker.start_wave(len(pending))
                 await _run_wave(
                     pending, attempt, config.experiment.concurrency, config.experiment.start_spacing_seconds
@@ -469,8 +459,8 @@ async def _execute(
 
 
 async def _run_wave(
-    pending: list[EpisodeJob],
-    attempt: Callable[[EpisodeJob], Awaitable[None]],
+    pending: list[int],
+    attempt: Callable[[int], Awaitable[None]],
     concurrency: int,
     start_spacing_seconds: float = 0.0,
 ) -> None:

@@ -71,7 +71,12 @@ def plan_jobs(
     Deterministic: the same inputs always give the same jobs in the same order.
     """
     jobs: list[EpisodeJob] = []
+    # episode_seed inlined, the text before the sample number formatted once per task: a plan of a
+    # million jobs is rebuilt on every resume (tests/core/test_plan.py checks each seed against episode_seed)
+    sha256, from_bytes, append = hashlib.sha256, int.from_bytes, jobs.append
     for task_id in sample_task_ids(task_ids, sample_size, experiment_seed):
+        stem = f"{experiment_seed}:{task_id}:"
         for sample_id in range(repeats):
-            jobs.append(EpisodeJob(task_id, sample_id, episode_seed(experiment_seed, task_id, sample_id), split))
+            seed = from_bytes(sha256(f"{stem}{sample_id}".encode("ascii")).digest()[:4], "big")
+            append(EpisodeJob(task_id, sample_id, seed, split))
     return jobs

@@ -207,6 +207,18 @@ class RunIndex:
         return self.run_dir / "traces.jsonl"
 
     @property
+    def state_key(self) -> list[Any]:
+        """What the rows describe: covered bytes, lines and skipped lines, last and first exported line, torn tail.
+
+        JSON values; equal keys of one run directory mean equal rows (the summary's witness relies on it).
+        """
+        state = self._state
+        return [state.trace_bytes, state.lines, state.skipped,
+                None if state.last is None else list(state.last),
+                None if state.exported is None else list(state.exported),
+                self._tail_lines, self._tail_skipped]
+
+    @property
     def line_count(self) -> int:
         """Lines of the traces file, a torn tail included (as a skipped line)."""
         return self._state.lines + self._tail_lines

@@ -46,7 +46,7 @@ class RunFolder(Protocol):
 
 
 def check_resumable(store: RunFolder, plan: dict[str, Any], plan_fingerprint: str, *, resume: bool) -> str:
-    """Decide, without writing, how a run of *plan* may use the directory of *store*.
+    """Decide, without writing, how a run of *plan* (fingerprint *plan_fingerprint*) may use the directory of *store*.
 
     Returns ``"new"`` (nothing there yet) or ``"resume"`` (an existing manifest of the same semantic
     plan whose plan still hashes to its fingerprint; legacy manifests are accepted via the semantic
@@ -61,6 +61,7 @@ def check_resumable(store: RunFolder, plan: dict[str, Any], plan_fingerprint: st
             can tell them).
     """
     from shopsimrl_core.runs.planning._plan import FINGERPRINT_SCHEME, plan_differences
+    from shopsimrl_core.runs.planning._plan_hash import same_plan
 
     if not store.has_content():
         return "new"
@@ -82,6 +83,10 @@ def check_resumable(store: RunFolder, plan: dict[str, Any], plan_fingerprint: st
     stored_plan = manifest["plan"]
     stored = manifest.get("plan_fingerprint")
     if manifest.get("fingerprint_scheme") == FINGERPRINT_SCHEME:
+        if stored == plan_fingerprint and same_plan(stored_plan, plan):
+            # The stored plan is this plan, value for value and type for type, so it hashes to
+            # plan_fingerprint, which is what it claims: not edited, and no second hash of a million jobs.
+            return "resume"
         hashed = fingerprint(stored_plan)
         if hashed != stored:
             raise _edited(store, stored, hashed, plan, plan_fingerprint, plan_differences)

@@ -7,7 +7,7 @@ holds no record and no per-episode Python object until one is asked for (``Episo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,28 @@ class TraceIndex:
         positions, _, complete = self._cache or self._lookup()
         at = positions.get(episode_id)
         return at is not None and complete[at]
+
+    def planned(self, episode_ids: Sequence[str]) -> tuple[list[int], list[bool], list[float | None]]:
+        """Per id of *episode_ids*, in their order: counted lines, completeness, and the reward when complete.
+
+        The same answers as :meth:`attempts`, :meth:`is_complete` and ``entries[id].reward`` for each id
+        (0, False, None for an id without lines), in one pass over cached columns: resuming a run of a
+        million planned episodes asks this once instead of three lookups and an entry per episode.
+        """
+        positions, attempts, complete = self._cache or self._lookup()
+        rewards = self.run_index.entry_column("reward")
+        at = list(map(positions.get, episode_ids))
+        if None not in at:  # every planned episode has lines: C-level gathers
+            found: list[int] = at  # type: ignore[assignment]
+            done = list(map(complete.__getitem__, found))
+            return (
+                list(map(attempts.__getitem__, found)),
+                done,
+                [rewards[k] if ok else None for k, ok in zip(found, done)],
+            )
+        lines = [0 if k is None else attempts[k] for k in at]
+        done = [k is not None and bool(complete[k]) for k in at]
+        return lines, done, [rewards[k] if ok and k is not None else None for k, ok in zip(at, done)]
 
     @property
     def duplicate_completed(self) -> int:
