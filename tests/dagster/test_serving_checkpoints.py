@@ -268,3 +268,36 @@ def test_sigterm_to_a_run_worker_stops_its_launched_server(tmp_path: Path, setti
         assert not group_alive(record["pgid"])
         assert not list((settings.runs_root / "_servers").glob("server-*.json"))
         assert f"stopped inference server pgid {record['pgid']}" in log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_run_that_materializes_two_suites_of_a_checkpoint_loads_it_once(
+    tmp_path: Path, settings_writer, register, sandbox
+) -> None:
+    """Issue 32: the val and train rollouts of one launched checkpoint in one run share one server (idle_timeout 0:
+    the run holds it until it ends, then stops it)."""
+    path = settings_writer(tmp_path, env_url=sandbox.env_url, split_file=sandbox.split_file, val_sample=6)
+    path = _launch_settings(path)
+    _write(path, lambda s: s["suites"]["train"].update(sample_size=6, repeats=1))
+    settings = load_pipeline_settings(path)
+    register(settings, "w-100", 100, weights=str(WEIGHTS / "policy-step-000100.json"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", ["w-100"])
+        location = build_definitions(settings)
+        run_job(location, "prepare_plans", instance)
+        assets = list({id(a): a for a in location.get_repository_def().assets_defs_by_key.values()}.values())
+        result = dg.materialize(
+            assets,
+            selection=[dg.AssetKey(["val", "rollout_traces"]), dg.AssetKey(["train", "rollout_traces"])],
+            partition_key="w-100",
+            instance=instance,
+        )
+        assert result.success
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    started = [m for m in messages if m.startswith("started inference server")]
+    assert len(started) == 1, messages
+    pgid = int(started[0].split("pgid ")[1].split(" ")[0])
+    assert any(m.startswith(f"reusing inference server pgid {pgid}") for m in messages), messages
+    stopped = [m for m in messages if m.startswith(f"stopped inference server pgid {pgid}")]
+    assert len(stopped) == 1 and messages.index(stopped[0]) > messages.index(started[0])
+    assert not group_alive(pgid)
