@@ -62,6 +62,9 @@ def eval_config_document(
             "base_url": environment.base_url,
             "timeout": environment.timeout_s,
             "persona": environment.persona,
+            # every suite's runs share the environment: a killed run's leases are freed by the next of any
+            # suite (docs/runs.md#leases)
+            "shared_runs_root": str(run_storage.root_path),
         },
         "runtime": {"max_steps": suite.max_steps},
         "skills": {"path": suite.skills, "max_skills": suite.max_skills},

@@ -67,3 +67,30 @@ def test_a_live_runs_leases_are_left_alone(tmp_path: Path) -> None:
         assert "a killed run left" not in run_b.err(), run_b.err()
         assert "release ignored" not in run_a.err() + run_a.out(), run_a.err()
         assert check_traces(work / "runs" / "ckpt-a" / "traces.jsonl").completed == 12
+
+
+@pytest.mark.slow
+def test_a_shared_runs_root_covers_the_runs_of_other_suites(tmp_path: Path) -> None:
+    """The pipeline's layout: `<runs_root>/<suite>/<checkpoint>`. A killed train run's leases are released by
+    a val run of another checkpoint, since both name the runs root as `environment.shared_runs_root`."""
+    extra = ["--env-latency-ms", "300", "--policy-latency-ms", "30"]
+    with Sandbox(tmp_path / "sb", slots=3, extra=extra) as sandbox:
+        work = tmp_path / "w"
+        environment = {"reset_wait_seconds": 8, "shared_runs_root": "runs"}
+        config_a = write_config(work / "a.yaml", sandbox, name="ckpt-a", episodes=18, concurrency=3,
+                                environment=environment, experiment={"output_dir": "runs/train"}, split="train")
+        config_b = write_config(work / "b.yaml", sandbox, name="ckpt-b", episodes=4, concurrency=3,
+                                environment=environment,
+                                experiment={"output_dir": "runs/val", "max_episode_retries": 0})
+        run_a = start_run(config_a, tag="a")
+        journal_a = LeaseJournal(work / "runs" / "train" / "ckpt-a", "check")
+        wait_until(lambda: run_a.process.poll() is not None or len(journal_a.outstanding()) >= 3, timeout=120)
+        assert run_a.process.poll() is None, run_a.err()
+        run_a.process.kill()
+        run_a.wait()
+        assert len(journal_a.outstanding()) >= 3
+        run_b = start_run(config_b, tag="b")
+        assert run_b.wait(timeout=300) == 0, run_b.err()
+        assert "runs/train/ckpt-a/leases.jsonl (its run.lock is free)" in run_b.err(), run_b.err()
+        assert journal_a.outstanding() == []
+        assert sandbox.wait_free(10) == sandbox.slots

@@ -314,6 +314,7 @@ def config_from_mapping(
     exp.dotenv = _resolve(base_dir, exp.dotenv)
     exp.test_access_ledger = _resolve(base_dir, exp.test_access_ledger)
     config.tasks.split_file = _resolve(base_dir, config.tasks.split_file) or ""
+    config.environment.shared_runs_root = _resolve(base_dir, config.environment.shared_runs_root)
     config.prompt.system_prompt_file = _resolve(base_dir, config.prompt.system_prompt_file)
     config.prompt.prompt_texts_file = _resolve(base_dir, config.prompt.prompt_texts_file)
     config.skills.path = _resolve(base_dir, config.skills.path)

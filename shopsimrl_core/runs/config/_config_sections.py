@@ -181,6 +181,12 @@ class EnvironmentConfig(_HttpServers):
     keepalive_expiry_seconds: float | None = Field(default=None, gt=0)
     """Additive: seconds an idle environment connection is kept; null = 4 s, lowered automatically when the
     server closes idle connections sooner. Execution setting."""
+    shared_runs_root: str | None = Field(default=None, min_length=1)
+    """Additive: a folder of run directories (``<root>/<name>/`` or ``<root>/<group>/<name>/``) that may use this
+    environment; at the start, the leases killed runs there left on it (their ``run.lock`` free) are released.
+
+    Null: the run directories beside this one (the same ``output_dir``). Execution setting.
+    """
     identity: str | None = Field(default=None, min_length=1)
     """Additive: a stable name for this environment in the plan, in place of ``base_url``.
 

@@ -26,6 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._backoff import Backoff
@@ -66,6 +67,7 @@ class JournaledEnvironment:
         notice_after_seconds: float = 2.0,
         exclusive: bool = False,
         wanted_slots: int | None = None,
+        shared_runs_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.client = client
         self.journal = journal
@@ -73,6 +75,8 @@ class JournaledEnvironment:
         """The run owns the server: the start frees every slot with ``release_all``."""
         self.wanted_slots = wanted_slots
         """Slots the run can use at once (its concurrency): fewer free at the start is said in one line."""
+        self.shared_runs_root = None if shared_runs_root is None else Path(shared_runs_root)
+        """Where killed runs that may hold leases here live (``environment.shared_runs_root``); None: beside it."""
         self.budget = SlotBudget(self.client.health)
         self.unanswered_at_start = 0
         self.last_lost = ""
@@ -194,7 +198,7 @@ class JournaledEnvironment:
         from shopsimrl_core.runs.leases._orphans import release_orphaned_leases
 
         try:
-            found = await release_orphaned_leases(self, self.journal.invocation_id)
+            found = await release_orphaned_leases(self, self.journal.invocation_id, self.shared_runs_root)
         except OSError:
             return  # an unreadable neighbour costs only its slots, as before
         for orphan in found:

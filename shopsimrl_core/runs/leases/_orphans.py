@@ -71,21 +71,35 @@ def _holds_leases_on(journal: LeaseJournal, base_url: str) -> bool:
     return any(str(e.get("base_url", "")).rstrip("/") == mine for e in journal.outstanding())
 
 
-async def release_orphaned_leases(env: JournaledEnvironment, invocation_id: str) -> list[OrphanedLeases]:
-    """Release the leases on *env*'s server that dead runs beside this one journaled; one entry per such run.
-
-    Promise: only journals whose run lock is free are touched, under that lock; a lease whose release
-    fails stays in its journal (its owner's next start, or the next run here, tries again).
-    """
-    own = env.journal.path.parent.resolve()
+def _subfolders(folder: Path) -> list[Path]:
     try:
-        siblings = sorted(p for p in own.parent.iterdir() if p.name != own.name)
+        return sorted(p for p in folder.iterdir() if not p.is_symlink() and p.is_dir())
     except OSError:
         return []
+
+
+def _neighbours(own: Path, root: Path | None) -> list[Path]:
+    """Run directories that may share the environment: beside *own*, and under *root* one or two levels down."""
+    found = _subfolders(own.parent)
+    if root is not None:
+        for child in _subfolders(root):
+            found += [child, *_subfolders(child)]
+    unique = {p.resolve(): p for p in found}
+    return [p for key, p in sorted(unique.items()) if key != own and (p / JOURNAL_NAME).is_file()]
+
+
+async def release_orphaned_leases(
+    env: JournaledEnvironment, invocation_id: str, shared_runs_root: Path | None = None
+) -> list[OrphanedLeases]:
+    """Release the leases on *env*'s server that dead runs journaled; one entry per such run.
+
+    The runs looked at are those beside this one, or under *shared_runs_root* (``environment.shared_runs_root``)
+    one or two levels down. Promise: only journals whose run lock is free are touched, under that lock; a
+    lease whose release fails stays in its journal (its owner's next start, or the next run here, tries again).
+    """
+    own = env.journal.path.parent.resolve()
     done: list[OrphanedLeases] = []
-    for run_dir in siblings:
-        if run_dir.is_symlink() or not (run_dir / JOURNAL_NAME).is_file():
-            continue
+    for run_dir in _neighbours(own, shared_runs_root):
         journal = LeaseJournal(run_dir, invocation_id)
         if not _holds_leases_on(journal, env.base_url):  # cheap: most neighbours hold nothing
             continue

@@ -267,7 +267,7 @@ def _declared_flag(path: Path, checks: dict[str, Any], key: str) -> bool:
 
 
 def _check_declared_checks(path: Path, data: dict[str, Any], splits: dict[str, TaskSplit]) -> None:
-    """Hold the file to what its ``checks`` block promises, where the file alone can show it (spec §15.1).
+    """Hold the file to what its ``checks`` block promises, where the file alone can show it (http-contract §15.1).
 
     ``pairwise_task_disjoint``: no two splits share a task; ``test_exclusions_respected``: no id of
     ``policy.test_excluded_task_ids`` is in a guarded split; ``persona_task_count`` (with
