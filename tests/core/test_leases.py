@@ -329,3 +329,46 @@ def test_the_budget_never_exceeds_the_servers_slots() -> None:
         assert budget.capacity == 2
 
     asyncio.run(go())
+
+
+def test_a_start_frees_only_dead_neighbours_leases_on_its_own_server(tmp_path: Path) -> None:
+    """Issue 33 (5): beside the run, a dead run's journal (lock free) is released and compacted; a live run's
+    (lock held), a folder without run.lock, and leases on another server are left as they are."""
+    import fcntl
+    import os
+
+    server = SlotServer(4)
+    server.slots = ["dead-1", "dead-2", "live-1", None]
+
+    def neighbour(name: str, leases: list[tuple[int, str, str]], *, lock: bool = True) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        journal = LeaseJournal(folder, f"inv-{name}")
+        for env_idx, lease, url in leases:
+            journal.acquired(env_idx, lease, url)
+        journal.close()
+        if lock:
+            (folder / "run.lock").write_text("{}", encoding="utf-8")
+        return folder
+
+    dead = neighbour("dead", [(0, "dead-1", "http://e"), (1, "dead-2", "http://e/"), (3, "x", "http://other")])
+    live = neighbour("live", [(2, "live-1", "http://e")])
+    loose = neighbour("not-a-run", [(3, "loose", "http://e")], lock=False)
+    held = os.open(live / "run.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the live run's lock
+    notices: list[str] = []
+    try:
+        own = tmp_path / "me"
+        own.mkdir()
+        env = JournaledEnvironment(server, LeaseJournal(own, "inv"), reset_wait_seconds=5, release_retry_seconds=1,
+                                   notice=notices.append, wanted_slots=1)
+        asyncio.run(env.recover())
+    finally:
+        os.close(held)
+    assert server.slots == [None, None, "live-1", None]
+    assert [e["lease_id"] for e in LeaseJournal(dead, "x").outstanding()] == ["x"]  # the other server's stays
+    assert [e["lease_id"] for e in LeaseJournal(live, "x").outstanding()] == ["live-1"]
+    assert [e["lease_id"] for e in LeaseJournal(loose, "x").outstanding()] == ["loose"]
+    assert not (loose / "run.lock").exists()
+    assert len([n for n in notices if "a killed run left" in n]) == 1
+    assert f"released 2 lease(s) on http://e that a killed run left in {dead / JOURNAL_NAME}" in notices[0]

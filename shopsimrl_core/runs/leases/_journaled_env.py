@@ -42,6 +42,9 @@ _RELEASE = Backoff(0.1, 2.0, "none")
 
 _NOTICE_EVERY_S = 30.0
 
+_ORPHAN_RELEASE_S = 2.0
+"""Longest try of one release of a killed neighbour's lease (its run lock is held meanwhile)."""
+
 
 class _DropIgnoredRelease(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
@@ -185,13 +188,26 @@ class JournaledEnvironment:
         return released, kept
 
     async def release_into(self, journal: LeaseJournal, entries: list[dict[str, Any]]) -> tuple[int, int]:
-        """Release *entries* (outstanding leases of *journal*, another run's) on this server: ``(released, kept)``."""
+        """Release *entries* (outstanding leases of *journal*, another run's) on this server: ``(released, kept)``.
+
+        Briefly: the caller holds that run's lock meanwhile (its owner could not resume), so each release gets
+        at most ``_ORPHAN_RELEASE_S`` and the first that fails ends the attempt (the rest stay journaled).
+        """
         quiet = _DropIgnoredRelease()  # a 409 is the normal case of a release that landed just before a kill
         logging.getLogger("shopsimrl_core.environment").addFilter(quiet)
+        released = 0
         try:
-            return await self._release_entries(entries, journal)
+            for entry in entries:
+                env_idx, lease_id = entry.get("env_idx"), entry.get("lease_id")
+                if not isinstance(env_idx, int) or not isinstance(lease_id, str):
+                    continue
+                budget = min(self.release_retry_seconds, _ORPHAN_RELEASE_S)
+                if not await self.release(env_idx, lease_id, budget_seconds=budget, journal=journal):
+                    break
+                released += 1
         finally:
             logging.getLogger("shopsimrl_core.environment").removeFilter(quiet)
+        return released, len(entries) - released
 
     async def _release_orphans(self) -> None:
         """Before this run can wait for a slot: free what killed runs beside it left leased here, and say so."""
@@ -259,9 +275,7 @@ class JournaledEnvironment:
             self.last_lost = f"{lost} reset(s) of a killed invocation that went unanswered"
         self.budget.set_capacity(max(free, 0) + lost, lost=lost, slots=slots)
 
-    async def _release_entries(
-        self, entries: list[dict[str, Any]], journal: LeaseJournal | None = None
-    ) -> tuple[int, int]:
+    async def _release_entries(self, entries: list[dict[str, Any]]) -> tuple[int, int]:
         released = kept = 0
         for entry in entries:
             if str(entry.get("base_url", "")).rstrip("/") != self.base_url.rstrip("/") or not isinstance(
@@ -269,7 +283,7 @@ class JournaledEnvironment:
             ):
                 kept += 1
                 continue
-            if await self.release(entry["env_idx"], entry["lease_id"], journal=journal):
+            if await self.release(entry["env_idx"], entry["lease_id"]):
                 released += 1
             else:
                 kept += 1

@@ -66,11 +66,6 @@ def _free_lock(run_dir: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-def _holds_leases_on(journal: LeaseJournal, base_url: str) -> bool:
-    mine = base_url.rstrip("/")
-    return any(str(e.get("base_url", "")).rstrip("/") == mine for e in journal.outstanding())
-
-
 def _subfolders(folder: Path) -> list[Path]:
     try:
         return sorted(p for p in folder.iterdir() if not p.is_symlink() and p.is_dir())
@@ -99,19 +94,17 @@ async def release_orphaned_leases(
     """
     own = env.journal.path.parent.resolve()
     done: list[OrphanedLeases] = []
+    here = env.base_url.rstrip("/")
     for run_dir in _neighbours(own, shared_runs_root):
-        journal = LeaseJournal(run_dir, invocation_id)
-        if not _holds_leases_on(journal, env.base_url):  # cheap: most neighbours hold nothing
-            continue
+        # the lock first: a live run holds it, and its journal (two lines per episode so far) is not read
         with _free_lock(run_dir) as free:
             if not free:
                 continue
-            # read again under the lock: the owner may have released them before it ended
-            entries = journal.outstanding()
-            if not _holds_leases_on(journal, env.base_url):
+            journal = LeaseJournal(run_dir, invocation_id)
+            mine = [e for e in journal.outstanding() if str(e.get("base_url", "")).rstrip("/") == here]
+            if not mine:
                 continue
             # the dead run's own journal records each release, as its own start would
-            mine = [e for e in entries if str(e.get("base_url", "")).rstrip("/") == env.base_url.rstrip("/")]
             released, _ = await env.release_into(journal, mine)
             journal.compact(keep_unanswered=lambda entry: True)
             journal.close()
