@@ -85,13 +85,34 @@ def _shopsimrl() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
+#: "cached": the measured processes read compiled bytecode, as from an installed package (``pip install``
+#: compiles it; an editable install writes ``__pycache__`` on first use) — PYTHONDONTWRITEBYTECODE is
+#: dropped from their environment and the sources are compiled before the rounds. "inherit": the
+#: environment as given (with PYTHONDONTWRITEBYTECODE=1 every start compiles the project's sources again).
+BYTECODE = "cached"
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if BYTECODE == "cached":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_sources() -> None:
+    """Write the bytecode of the measured code (project and benchmarks) as an install would (``--bytecode cached``)."""
+    folders = [str(ROOT / name) for name in ("shopsimrl_core", "shopsim_sandbox", "benchmarks")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True, env=_child_env(),
+                   stdout=subprocess.DEVNULL)
+
+
 def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, Any]:
     # wait4 gives exactly this child's rusage (getrusage(RUSAGE_CHILDREN) would sum all children)
     load = os.getloadavg()[0]  # the machine's load as this run starts (other jobs share the 2 cores)
     srv0 = [proc_cpu_seconds(pid) for pid in pids]
     wall0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=_child_env())
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - wall0
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -309,6 +330,7 @@ def run_benchmark(
             "reference": "benchmarks/_thread_reference.py: requests.Session per worker thread, ThreadPoolExecutor",
             "run_root": str(run_root) if run_root else tempfile.gettempdir(),
             "start_spacing_seconds": start_spacing,  # None: the config default
+            "bytecode": BYTECODE,
             "rows": {
                 label: {
                     "concurrency": c,
@@ -419,6 +441,26 @@ def _measure_setting(
     return rows
 
 
+def merge_rows(earlier: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """*earlier* with the rows of *fresh* in place of its own; derived sections recomputed from the merged rows."""
+    merged = dict(earlier)
+    merged["rows"] = {**earlier["rows"], **fresh["rows"]}
+    merged["rows"] = {label: merged["rows"][label] for label, *_ in SETTINGS if label in merged["rows"]}
+    remeasured = dict(earlier.get("remeasured") or {})
+    for label in fresh["rows"]:
+        remeasured[label] = {
+            "created_at": fresh["created_at"],
+            "repeats": fresh["settings"]["repeats"],
+            "bytecode": fresh["settings"].get("bytecode"),
+            "machine": fresh["machine"],
+            "duration_s": fresh.get("duration_s"),
+        }
+    merged["remeasured"] = remeasured
+    merged["fixed_and_marginal"] = fixed_and_marginal(merged["rows"])
+    merged["headline"] = headline(merged["rows"])
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -450,6 +492,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default=None, help="comma list of rows: " + ",".join(row[0] for row in SETTINGS))
     parser.add_argument(
+        "--bytecode",
+        choices=("cached", "inherit"),
+        default="cached",
+        help="cached (default): the measured processes read compiled bytecode, as from an install; inherit: "
+        "the environment as given (PYTHONDONTWRITEBYTECODE=1 makes every start compile the sources)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: replace only these rows in the existing results file (the others keep their run; "
+        "`remeasured` in the JSON says which rows came from which run)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help=f"JSON output (default {RESULTS}; with --quick a temporary directory)"
     )
     args = parser.parse_args(argv)
@@ -461,6 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     if args.out is None:
         args.out = Path(tempfile.gettempdir()) / "shopsimrl-bench-quick" / RESULTS.name if args.quick else RESULTS
+    global BYTECODE
+    BYTECODE = args.bytecode
+    if BYTECODE == "cached":
+        compile_sources()
     started = time.perf_counter()
     only = {x.strip() for x in args.only.split(",")} if args.only else None
     known = {row[0] for row in SETTINGS + QUICK_SETTINGS}
@@ -476,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         start_spacing=args.start_spacing,
     )
     doc["duration_s"] = round(time.perf_counter() - started, 1)
+    if args.merge:
+        if not only or not args.out.exists():
+            parser.error("--merge: needs --only and an existing results file")
+        doc = merge_rows(json.loads(args.out.read_text(encoding="utf-8")), doc)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

@@ -37,8 +37,10 @@ Int = StrictInt
 Bool = StrictBool
 Str = StrictStr
 
+# defer_build: a model's validator is built when it is first used, not at import. A one-episode run
+# imports every document module and validates two or three of some thirty models (issue 33).
 _CONFIG = ConfigDict(extra="allow", protected_namespaces=(), populate_by_name=True, strict=False,
-                     ser_json_inf_nan="null", use_enum_values=True)
+                     ser_json_inf_nan="null", use_enum_values=True, defer_build=True)
 
 
 class Part(BaseModel):

@@ -17,12 +17,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from shopsimrl_core._errors import ConfigError
 from shopsimrl_core._hashing import fingerprint, read_json_file
 from shopsimrl_core._versions import SKILLBANK_SCHEMA
-from shopsimrl_core.documents._skills import SkillBank, SkillRecord
+
+if TYPE_CHECKING:  # the document models are imported when a bank is read: a run without one never builds them
+    from shopsimrl_core.documents._skills import SkillBank, SkillRecord
 
 __all__ = [
     "SkillProvider",
@@ -59,6 +61,8 @@ def content_sha256(content: str) -> str:
 
 def bank_sha256(bank: SkillBank | Mapping[str, Any]) -> str:
     """Return ``fingerprint(bank)`` of the entire parsed SkillBank JSON (a model: of its ``to_json()``)."""
+    from shopsimrl_core.documents._skills import SkillBank
+
     return fingerprint(bank.to_json() if isinstance(bank, SkillBank) else bank)
 
 
@@ -191,6 +195,8 @@ def as_skillbank(bank: SkillBank | Mapping[str, Any], source: str = "<bank>") ->
     Raises:
         ConfigError: a §11.2 violation (message names *source* and the field).
     """
+    from shopsimrl_core.documents._skills import SkillBank
+
     if isinstance(bank, SkillBank):
         return bank
     validate_skillbank(bank, source)
