@@ -4,7 +4,7 @@ Promise: ``vf-eval shopsimrl-verifiers --env.taskset.config EVAL.yaml -m MODEL -
 the jobs ``shopsimrl run EVAL.yaml`` would play — same tasks, samples and seeds — with OUR episode
 runtime (``run_episode``: prompt builder and persona, skill block, dynamic tool schemas, action
 validation, protocol feedback, environment leases, reward and termination). Only the model call goes
-through verifiers: each turn posts the §7.1 body (messages, tools, ``seed = call_seed(job seed,
+through verifiers: each turn posts the runtime-semantics §7.1 body (messages, tools, ``seed = call_seed(job seed,
 step)``) with an ``AsyncOpenAI`` client to the rollout's interception endpoint, which verifiers
 forwards to its client (``--client.*``; a ``train`` client records token ids for prime-rl), and the
 answer is checked by ``validate_completion``, the evaluator's own check. The verifiers reward is
@@ -63,7 +63,7 @@ INFO_KEY = "shopsimrl"
 
 
 class InterceptedChatModel:
-    """The episode's chat model: our §7.1 body over an ``AsyncOpenAI`` client, our §7.3 checks.
+    """The episode's chat model: our runtime-semantics §7.1 body over ``AsyncOpenAI``, our §7.3 checks.
 
     ``body_builder`` is a :class:`ChatModelClient` used only for its body (never for HTTP), so the
     body is byte-for-byte the one evaluation sends for the same settings. verifiers' interception
