@@ -185,7 +185,8 @@ class TrainingSession:
             self._env = per_server(self._raw_env, lambda client: JournaledEnvironment(
                 client, self._journal, reset_wait_seconds=config.environment.reset_wait_seconds,
                 release_retry_seconds=config.environment.release_retry_seconds, notice=self._say,
-                exclusive=False, wanted_slots=config.experiment.concurrency))
+                exclusive=False, wanted_slots=config.experiment.concurrency,
+                shared_runs_root=config.environment.shared_runs_root))
             await self._raw_env.__aenter__()
             released, kept = await self._env.recover()
             if released or kept:
