@@ -97,8 +97,9 @@ class _PolicyServer:
         # 0.2 and at 0.7 draws two different episodes (issue 33: 128 of 128 rewards were identical). Greedy
         # (0, or none sent) keeps the draws of earlier versions. The lapse *rates* do not depend on it.
         temperature = body.get("temperature")
-        sampled = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0
-        salt = f"|T={float(temperature)!r}" if sampled else ""
+        salt = ""
+        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0:
+            salt = f"|T={float(temperature)!r}"
         rng = random.Random(f"{self.seed}|{request_seed}|{transcript.instruction}|{transcript.observation}{salt}")
         # The runtime sends seed = episode seed + step - 1, so this recovers one value per episode;
         # without seeds the lapses depend on the task alone.
