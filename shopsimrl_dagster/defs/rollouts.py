@@ -51,6 +51,10 @@ def _rollout_metadata(
     counts = result.counts
     tokens = result.summary.cost.tokens
     return {
+        # The verdict first, in words (issue 33); the numbers it is made of follow, raw.
+        "verdict": f"{counts.completed}/{counts.requested} episodes completed (coverage {counts.coverage:.2f}), "
+        f"{counts.failed} failed; {completed_before} reused from earlier runs, {int(result.attempts)} attempts in "
+        f"{wall_s:.1f} s",
         "suite": suite_name,
         "checkpoint_step": checkpoint.step,
         "served_model": served_model,

@@ -51,6 +51,8 @@ def test_each_suite_job_evaluates_its_own_suite_for_two_checkpoints(sandbox_sett
                 assert (run_dir / name).is_file(), name
             rollout = materialized(result, "val/rollout_traces")
             assert rollout["suite"] == "val" and rollout["coverage"] == 1.0 and rollout["episodes_completed"] == 8
+            assert list(rollout)[0] == "verdict"  # issue 33: the verdict leads, in words
+            assert rollout["verdict"].startswith("8/8 episodes completed (coverage 1.00), 0 failed; ")
             assert rollout["episodes"] == f"http://127.0.0.1:3300/run/val/{key}"
             summary = materialized(result, "val/eval_summary")
             on_disk = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
