@@ -10,7 +10,6 @@ its assets can use the location's resources.
 """
 
 import json
-from typing import Any
 
 import dagster as dg
 
@@ -58,15 +57,17 @@ def build_definitions(settings: PipelineSettings) -> dg.Definitions:
         assets.extend(build_suite_assets(name, suite))
     assets.extend(build_skill_assets(settings))
     assets.extend(build_research_assets(settings))  # docs/research.md
-    round_jobs: list[Any] = []
+    research_jobs, round_jobs = build_research_jobs(), []
     round_sensors: list[dg.SensorDefinition] = []
     if settings.training is not None:  # a training round's trainer, triage and analysts (docs/research.md)
         assets.extend(build_training_round_assets(settings))
-        round_jobs, round_sensors = build_training_round_jobs(), [build_round_sensor(settings)]
+        round_jobs = build_training_round_jobs(settings)
+        gate_job = [job for job in research_jobs if job.name == "training_round"]
+        round_sensors = [build_round_sensor(settings, [*round_jobs, *gate_job])]
     analyst = AnalystEndpoint(section=json.dumps(settings.analyst.section()))
     return dg.Definitions(
         assets=assets,
-        jobs=[*evaluation_jobs(settings).values(), build_skills_job(settings), *build_research_jobs(), *round_jobs],
+        jobs=[*evaluation_jobs(settings).values(), build_skills_job(settings), *research_jobs, *round_jobs],
         sensors=[build_registry_sensor(settings), build_progress_sensor(settings), *round_sensors],
         schedules=[build_nightly_schedule(settings)],
         resources={**resources_from_settings(settings), "analyst": analyst},

@@ -45,6 +45,7 @@ _GROUP = "research"
 ROUND_KEYS = tuple(dg.AssetKey(n) for n in ("round_inputs", "round_training", "round_triage",
                                             "round_online_analysis"))
 INPUTS, TRAINING, TRIAGE, ONLINE = ROUND_KEYS
+REPORT = dg.AssetKey("round_wandb")
 PREFLIGHT = "training_preflight"
 
 
@@ -369,13 +370,40 @@ def build_training_round_assets(settings: PipelineSettings) -> list[dg.AssetsDef
             "proposals": len(document.get("proposals") or []), "proposal_checkpoint": proposal,
             "candidates": dg.MetadataValue.path(str(paths.candidates))})
 
-    return [round_inputs, round_training, round_triage, round_online_analysis]
+    report = [build_round_report_asset(settings)] if settings.training and settings.training.wandb else []
+    return [round_inputs, round_training, round_triage, round_online_analysis, *report]
 
 
-def build_training_round_jobs() -> list[Any]:
-    """``round_trainer``: trainer, triage and online analysis of one round (the round sensor starts it)."""
-    return [dg.define_asset_job("round_trainer", selection=dg.AssetSelection.assets(TRAINING, TRIAGE, ONLINE),
+def build_training_round_jobs(settings: PipelineSettings) -> list[Any]:
+    """The round jobs the round sensor starts.
+
+    ``round_trainer``: trainer, triage and online analysis of one round; with ``training.wandb``,
+    ``round_report``: the round's W&B report.
+    """
+    jobs = [dg.define_asset_job("round_trainer", selection=dg.AssetSelection.assets(TRAINING, TRIAGE, ONLINE),
                                 description="A round's trainer (Pipes), triage and online analysis.")]
+    if settings.training is not None and settings.training.wandb is not None:
+        jobs.append(dg.define_asset_job("round_report", selection=dg.AssetSelection.assets(REPORT),
+                                        description="The round reported to Weights & Biases."))
+    return jobs
+
+
+def build_round_report_asset(settings: PipelineSettings) -> dg.AssetsDefinition:
+    """``round_wandb``: the round in W&B (``shopsimrl_dagster/wandb_report.py``); only with ``training.wandb``."""
+
+    @dg.asset(key=REPORT, deps=[dg.AssetKey("round_curriculum")], group_name=_GROUP, partitions_def=training_rounds,
+              kinds={"wandb"}, description="The round reported to Weights & Biases: eval series by training step, "
+                                           "trainer progress, triage, analysis, the gate's table, the files.")
+    def round_wandb(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        from ..wandb_report import report_round
+
+        logged = report_round(settings, context.partition_key, _round_checkpoints(settings, context.partition_key))
+        return dg.MaterializeResult(metadata={
+            "wandb_run_dir": dg.MetadataValue.path(str(logged["run_dir"])), "train_steps": logged["steps"],
+            "evaluated": dg.MetadataValue.json(logged["evaluated"]), "checkpoints_evaluated": len(logged["evaluated"]),
+            "gate_rows": logged["gate_rows"], "files": logged["files"]})
+
+    return round_wandb
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> Any:
@@ -401,16 +429,18 @@ def gate_run_config(settings: PipelineSettings, run_storage_root: Path, round_id
                                                           "round_curriculum")}}
 
 
-def build_round_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
+def build_round_sensor(settings: PipelineSettings, jobs: list[Any]) -> dg.SensorDefinition:
     """``round_sensor``: runs a round on from ``round_inputs`` without a click.
 
     After ``round_inputs`` (preflight passed) it starts ``round_trainer``; after ``round_online_analysis``
     it starts ``training_round`` (pool, gate, bank, curriculum) with the round's config.
 
-    One run per materialization (its storage id is the run key), so a re-materialized input runs again.
+    With ``training.wandb``, after ``round_curriculum`` (and again as the round's checkpoints get evaluated)
+    it starts ``round_report``. One run per materialization (its storage id is in the run key), so a
+    re-materialized input runs again. *jobs* are the job definitions it targets.
     """
 
-    @dg.sensor(name="round_sensor", minimum_interval_seconds=settings.automation.sensor_interval_s,
+    @dg.sensor(name="round_sensor", jobs=jobs, minimum_interval_seconds=settings.automation.sensor_interval_s,
                default_status=(dg.DefaultSensorStatus.RUNNING if settings.automation.sensor_running
                                else dg.DefaultSensorStatus.STOPPED),
                description="Runs a training round on from round_inputs: the trainer, then the gate.")
@@ -430,6 +460,13 @@ def build_round_sensor(settings: PipelineSettings) -> dg.SensorDefinition:
                     job_name="training_round", partition_key=round_id,
                     run_key=f"round-gate-{round_id}-{online.storage_id}",
                     run_config=gate_run_config(settings, settings.runs_root, round_id)))
+            curriculum = _latest(context.instance, dg.AssetKey("round_curriculum"), round_id)
+            if curriculum is not None and settings.training is not None and settings.training.wandb is not None:
+                evaluated = sum(1 for c in _round_checkpoints(settings, round_id)
+                                if (settings.runs_root / settings.skills.val_suite / c.checkpoint_id /
+                                    "summary.json").is_file())
+                requests.append(dg.RunRequest(job_name="round_report", partition_key=round_id,
+                                              run_key=f"round-report-{round_id}-{curriculum.storage_id}-{evaluated}"))
         if not requests:
             return dg.SkipReason("no round input or online analysis waiting")
         return dg.SensorResult(run_requests=requests)

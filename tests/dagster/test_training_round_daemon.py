@@ -65,8 +65,15 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | Non
 
 
 def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
-        tmp_path: Path, sandbox: Any, settings_writer: Any, analyst: AnalystServer) -> None:
+        tmp_path: Path, sandbox: Any, settings_writer: Any, analyst: AnalystServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from testkit.wandb_offline import offline_run
+
     from shopsimrl_core.skills.trace2skill._online import pending_analysis_episodes
+
+    pytest.importorskip("wandb", reason="the [wandb] extra is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # dagster dev and its runs inherit it: nothing leaves the machine
+    monkeypatch.setenv("WANDB_SILENT", "true")
 
     gate_config, bare_run = _gate_inputs(tmp_path, sandbox)
 
@@ -79,7 +86,8 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
         add_training_section(path, sandbox, analyst_url=analyst.url, train_tasks=6,
                              gate={"experiment_config": str(gate_config), "bare_run_dir": str(bare_run),
-                                   "active_skill_budget": 3})
+                                   "active_skill_budget": 3},
+                             wandb={"project": "shopsimrl-test", "mode": "offline", "dir": str(folder / "wandb")})
         return path
 
     dev = DagsterDev(tmp_path, sandbox, writer, sensor=True)
@@ -106,11 +114,14 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
                 evaluated = set(instance.get_materialized_partitions(dg.AssetKey(["val", "eval_summary"])))
                 progress = _latest(instance, progress_key) or {}
                 curriculum = _latest(instance, dg.AssetKey("round_curriculum"), ROUND)
+                report = _latest(instance, dg.AssetKey("round_wandb"), ROUND) or {}
                 failed = [(r.job_name, r.run_id) for r in instance.get_runs(
                     filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))]
             assert not failed, f"failed runs: {failed}\n{dev.log_tail()}"
-            done = set(ids) <= evaluated and progress.get("checkpoints") == 2 and curriculum is not None
-            return done, (sorted(evaluated), progress.get("checkpoints"), curriculum is not None)
+            done = (set(ids) <= evaluated and progress.get("checkpoints") == 2 and curriculum is not None
+                    and report.get("checkpoints_evaluated") == 2)
+            return done, (sorted(evaluated), progress.get("checkpoints"), curriculum is not None,
+                          report.get("checkpoints_evaluated"))
 
         dev.wait("the round: trainer, two evaluated checkpoints, progress, triage, analysis, gate, curriculum",
                  state, stall_s=420)
@@ -136,6 +147,32 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         assert document["input_episode_ids"] == pending
         state_doc = json.loads((settings.runs_root / "rounds" / ROUND / "curriculum.json").read_text())
         assert state_doc["source"]["skillbank_sha256"] == bank["bank_sha256"] == curriculum["bank_sha256"]
+        # W&B offline: the eval series equals the Dagster metadata, by training step; the gate's table; the files
+        with dg.DagsterInstance.from_config(str(dev.home)) as instance:
+            report = _latest(instance, dg.AssetKey("round_wandb"), ROUND)
+            summaries = {i: _latest(instance, dg.AssetKey(["val", "eval_summary"]), i) for i in ids}
+        assert report is not None
+        run_dir = Path(report["wandb_run_dir"]).parent
+        assert run_dir.is_relative_to(tmp_path / "wandb")
+        logged = offline_run(run_dir)
+        series = {row["train_step"]: row for row in logged["history"] if "eval/val/reward" in row}
+        for step, checkpoint_id in enumerate(ids, 1):
+            assert series[step]["eval/val/reward"] == summaries[checkpoint_id]["reward"]
+            assert series[step]["eval/val/success_rate"] == summaries[checkpoint_id]["success_rate"]
+        trainer = [row for row in logged["history"] if "train/reward" in row]
+        assert [row["train_step"] for row in trainer] == [1, 2]
+        assert [row["train/reward"] for row in trainer] == [s["reward"] for s in training["progress"]["steps"]]
+        contributions = json.loads((settings.runs_root / "rounds" / ROUND / "online_gate" /
+                                    "contributions.json").read_text(encoding="utf-8"))
+        [table] = list((run_dir / "files" / "media" / "table" / "gate").glob("coefficients_*.table.json"))
+        rows = json.loads(table.read_text(encoding="utf-8"))["data"]
+        assert [r[0] for r in rows] == [c["intervention_id"] for c in contributions["contributions"]]
+        assert ("training-round", f"round-{ROUND}") in logged["artifacts"]
+        for name in ("training_progress.json", "triage_summary.json", "online_gate/contributions.json",
+                     "curriculum.json"):
+            saved = run_dir / "files" / ROUND / name
+            assert saved.read_bytes() == (settings.runs_root / "rounds" / ROUND / name).read_bytes(), name
+        assert "WANDB_API_KEY" not in (run_dir / "logs" / "debug.log").read_text(errors="replace")
         if CHROMIUM.exists():
             _browser(dev, tmp_path)
     finally:
