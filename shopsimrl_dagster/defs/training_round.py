@@ -268,10 +268,15 @@ def build_training_round_assets(settings: PipelineSettings) -> list[dg.AssetsDef
         client = _pipes_client(training, settings)
         try:
             if training.pipes_client == "k8s":
+                # the trainer's pod: its first container gets training.k8s.resources (GPU requests)
+                spec = dict(training.k8s.get("base_pod_spec") or {})
+                if training.k8s.get("resources"):
+                    containers = list(spec.get("containers") or [{}])
+                    containers[0] = {**containers[0], "resources": training.k8s["resources"]}
+                    spec["containers"] = containers
                 invocation = client.run(context=context, extras=extras, image=training.k8s["image"],
                                         command=trainer, namespace=training.k8s.get("namespace"),
-                                        base_pod_spec=training.k8s.get("base_pod_spec"),
-                                        base_pod_meta=training.k8s.get("base_pod_meta"))
+                                        base_pod_spec=spec or None, base_pod_meta=training.k8s.get("base_pod_meta"))
             else:
                 invocation = client.run(context=context, command=command, extras=extras)
         except DagsterPipesExecutionError as exc:
