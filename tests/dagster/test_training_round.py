@@ -170,3 +170,12 @@ def test_sigkill_of_the_trainer_fails_the_run_naming_it_and_registers_nothing_ha
         assert [c.checkpoint_id for c in read_registry(settings.checkpoint_registry, problems=problems)] == [
             f"{ROUND}-step-000001"] and problems == []
         assert sorted(p.name for p in settings.checkpoint_registry.iterdir()) == [f"{ROUND}-step-000001.json"]
+        # materialized again, the round resumes from that checkpoint (the command takes {resume_from})
+        again = _materialize(settings, instance, KEYS[1:2])
+        assert again.success
+        meta = _meta(again)["round_training"]
+        first = read_registry(settings.checkpoint_registry)[0]
+        assert meta["resumed_from"] == first.weights
+        assert meta["checkpoints"] == [f"{ROUND}-step-000002", f"{ROUND}-step-000003"]
+        messages = [record.user_message for record in instance.all_logs(again.run_id)]
+        assert any(m.startswith(f"resuming the round from {ROUND}-step-000001") for m in messages)

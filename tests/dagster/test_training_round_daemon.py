@@ -191,16 +191,22 @@ def _browser(dev: DagsterDev, folder: Path) -> None:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
         try:
             page = browser.new_page(viewport={"width": 1800, "height": 1000})
-            page.goto(f"{dev.url}/asset-groups/research/lineage", wait_until="networkidle")
+            page.goto(f"{dev.url}/locations/shopsimrl/asset-groups/research", wait_until="networkidle")
             skip = page.get_by_role("button", name="Skip")
             try:
                 skip.wait_for(timeout=5000)
                 skip.click()
             except Exception:  # no community dialog on this visit
                 pass
-            for name in ("round_inputs", "round_training", "round_triage", "round_online_analysis",
-                         "round_candidate_pool", "round_curriculum"):
-                page.get_by_text(name, exact=True).first.wait_for(timeout=60000)
+            # the round reads left to right: inputs → training → triage → (analysis, pool) → gate → … → curriculum
+            names = ("round_inputs", "round_training", "round_triage", "round_online_gate", "round_curriculum")
+            boxes = []
+            for name in names:
+                node = page.get_by_text(name, exact=True).first
+                node.wait_for(timeout=60000)
+                boxes.append(node.bounding_box())
+            xs = [box["x"] for box in boxes if box is not None]
+            assert len(xs) == len(names) and xs == sorted(xs), list(zip(names, xs, strict=False))
             page.screenshot(path=str(out / "round-lineage.png"), full_page=True)
             page.goto(f"{dev.url}/assets/round_training?view=partitions&partition={ROUND}", wait_until="networkidle")
             page.get_by_text("steps_reported").first.wait_for(timeout=60000)

@@ -8,7 +8,8 @@ triage), reports the step's reward, success, frontier share and tokens/s, then w
 (every lapse rate times ``--decay``: rising competence) and registers it. ``--resume_from`` (the round's
 last checkpoint, ``{resume_from}``) starts from that checkpoint's lapse rates and step.
 
-``--hang-after-step N`` sleeps after step N's checkpoint (the fault tests kill or terminate it there).
+``--hang-after-step N`` sleeps after step N's checkpoint (the fault tests kill or terminate it there); a
+resumed trainer does not hang.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 
 from shopsimrl_pipes import open_trainer_report
 
+STUCK_WORKER = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(3600)")
 DEFAULT_LAPSES = {"ignore_budget": 1.0, "first_option": 1.0, "impatient": 1.0, "terse_query": 1.0, "runner_up": 0.0}
 
 
@@ -107,8 +110,10 @@ async def train(report: Any, steps: int, decay: float, hang_after: int | None, r
             lapses = {name: round(rate * decay, 6) for name, rate in lapses.items()}
             current = write_checkpoint(folder, step, lapses)
             report.checkpoint(current, step)
-            if hang_after is not None and step >= hang_after:
-                report.log(f"hanging after step {step} (--hang-after-step)")
+            if hang_after is not None and step >= hang_after and not resume_from:
+                # a worker of the trainer that ignores SIGTERM (a stuck data loader): only its group's SIGKILL ends it
+                worker = subprocess.Popen([sys.executable, "-c", STUCK_WORKER, str(folder / "worker.pid")])
+                report.log(f"hanging after step {step} (--hang-after-step), worker pid {worker.pid}")
                 await asyncio.sleep(3600)
 
 
