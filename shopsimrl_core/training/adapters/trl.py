@@ -33,6 +33,7 @@ otherwise). Nothing here imports trl; torch comes in with the in-process backend
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import os
 import re
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from shopsimrl_core.training._session import TrainingEpisode, TrainingSession
     from shopsimrl_core.training._tokens import TokenBackend
 
-__all__ = ["TRLRollout", "environment_reward", "task_prompt", "PROMPT_PREFIX"]
+__all__ = ["TRLRollout", "environment_reward", "task_prompt", "trainable_from_gguf", "PROMPT_PREFIX"]
 
 #: the dataset prompt of a task: TRL hands prompts (not rows) to the rollout function, so the task id travels in it
 PROMPT_PREFIX = "shopsim-task:"
@@ -66,6 +67,22 @@ def task_prompt(task_id: int) -> str:
 def environment_reward(completions: list[Any], shopsim_reward: list[float | None], **_: Any) -> list[float | None]:
     """The TRL reward function: the environment's reward of each episode (None: aborted, TRL drops it)."""
     return list(shopsim_reward)
+
+
+def trainable_from_gguf(model: Any) -> Any:
+    """A model loaded with ``from_pretrained(..., gguf_file=...)`` as a plain, trainable model of the same weights.
+
+    transformers dequantizes a GGUF to float32 on load but keeps it flagged as quantized (``GgufHfQuantizer``), and
+    the ``Trainer`` refuses to fine-tune a quantized model; the copy has the same config (minus the quantization
+    entry), weights and generation config, and no quantizer.
+    """
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = type(model)(config)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = copy.deepcopy(model.generation_config)
+    return plain.to(model.dtype)
 
 
 class _LoopThread:
