@@ -96,3 +96,27 @@ def steady_rate(
         if overlap > 0 and stop > start:
             steps += count * overlap / (stop - start)
     return steps / (end - t0)
+
+
+def child_env(bytecode: str) -> dict[str, str]:
+    """The environment of a measured process: *bytecode* "cached" reads compiled bytecode, as from an install.
+
+    ``pip install`` compiles a package's bytecode and an editable install writes ``__pycache__`` on first use,
+    so a user's process reads it; with PYTHONDONTWRITEBYTECODE=1 inherited (as on the build machine) every
+    start compiles the project's sources again. "cached" drops that variable; "inherit" keeps the
+    environment as given.
+    """
+    env = dict(os.environ)
+    if bytecode == "cached":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_sources(root: Path) -> None:
+    """Write the bytecode of the measured code (project and benchmarks) as an install would."""
+    import subprocess
+    import sys
+
+    folders = [str(root / name) for name in ("shopsimrl_core", "shopsim_sandbox", "benchmarks")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True, env=child_env("cached"),
+                   stdout=subprocess.DEVNULL)

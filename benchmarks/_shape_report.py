@@ -158,3 +158,23 @@ def format_table(doc: dict[str, Any]) -> str:
         "(of the medians; by round: each round's pair); load: 1-minute load average at each run's start"
     )
     return "\n".join(lines)
+
+
+def merge_rows(earlier: dict[str, Any], fresh: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """*earlier* with the rows of *fresh* in place of its own; derived sections recomputed from the merged rows."""
+    merged = dict(earlier)
+    merged["rows"] = {**earlier["rows"], **fresh["rows"]}
+    merged["rows"] = {label: merged["rows"][label] for label in order if label in merged["rows"]}
+    remeasured = dict(earlier.get("remeasured") or {})
+    for label in fresh["rows"]:
+        remeasured[label] = {
+            "created_at": fresh["created_at"],
+            "repeats": fresh["settings"]["repeats"],
+            "bytecode": fresh["settings"].get("bytecode"),
+            "machine": fresh["machine"],
+            "duration_s": fresh.get("duration_s"),
+        }
+    merged["remeasured"] = remeasured
+    merged["fixed_and_marginal"] = fixed_and_marginal(merged["rows"])
+    merged["headline"] = headline(merged["rows"])
+    return merged

@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import SPLIT, _round, machine_facts, proc_cpu_seconds, steady_rate
-from benchmarks._shape_report import fixed_and_marginal, format_table, headline, markdown_table
+from benchmarks._measure import SPLIT, _round, child_env, compile_sources, machine_facts, proc_cpu_seconds, steady_rate
+from benchmarks._shape_report import fixed_and_marginal, format_table, headline, markdown_table, merge_rows
 from benchmarks._stub_env import DEFAULT_OBS_KB, StubEnvServer
 from benchmarks._stub_model import StubModelServer, model_section
 
@@ -85,25 +85,8 @@ def _shopsimrl() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "shopsimrl_core.cli._main"]
 
 
-#: "cached": the measured processes read compiled bytecode, as from an installed package (``pip install``
-#: compiles it; an editable install writes ``__pycache__`` on first use) — PYTHONDONTWRITEBYTECODE is
-#: dropped from their environment and the sources are compiled before the rounds. "inherit": the
-#: environment as given (with PYTHONDONTWRITEBYTECODE=1 every start compiles the project's sources again).
+#: "cached" (the default) or "inherit": see ``--bytecode`` and :func:`benchmarks._measure.child_env`
 BYTECODE = "cached"
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    if BYTECODE == "cached":
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
-
-
-def compile_sources() -> None:
-    """Write the bytecode of the measured code (project and benchmarks) as an install would (``--bytecode cached``)."""
-    folders = [str(ROOT / name) for name in ("shopsimrl_core", "shopsim_sandbox", "benchmarks")]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True, env=_child_env(),
-                   stdout=subprocess.DEVNULL)
 
 
 def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, Any]:
@@ -112,7 +95,7 @@ def _run_child(cmd: list[str], cwd: Path, pids: list[int | None]) -> dict[str, A
     srv0 = [proc_cpu_seconds(pid) for pid in pids]
     wall0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=_child_env())
+        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=child_env(BYTECODE))
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - wall0
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -441,26 +424,6 @@ def _measure_setting(
     return rows
 
 
-def merge_rows(earlier: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
-    """*earlier* with the rows of *fresh* in place of its own; derived sections recomputed from the merged rows."""
-    merged = dict(earlier)
-    merged["rows"] = {**earlier["rows"], **fresh["rows"]}
-    merged["rows"] = {label: merged["rows"][label] for label, *_ in SETTINGS if label in merged["rows"]}
-    remeasured = dict(earlier.get("remeasured") or {})
-    for label in fresh["rows"]:
-        remeasured[label] = {
-            "created_at": fresh["created_at"],
-            "repeats": fresh["settings"]["repeats"],
-            "bytecode": fresh["settings"].get("bytecode"),
-            "machine": fresh["machine"],
-            "duration_s": fresh.get("duration_s"),
-        }
-    merged["remeasured"] = remeasured
-    merged["fixed_and_marginal"] = fixed_and_marginal(merged["rows"])
-    merged["headline"] = headline(merged["rows"])
-    return merged
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -519,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     global BYTECODE
     BYTECODE = args.bytecode
     if BYTECODE == "cached":
-        compile_sources()
+        compile_sources(ROOT)
     started = time.perf_counter()
     only = {x.strip() for x in args.only.split(",")} if args.only else None
     known = {row[0] for row in SETTINGS + QUICK_SETTINGS}
@@ -538,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         if not only or not args.out.exists():
             parser.error("--merge: needs --only and an existing results file")
-        doc = merge_rows(json.loads(args.out.read_text(encoding="utf-8")), doc)
+        doc = merge_rows(json.loads(args.out.read_text(encoding="utf-8")), doc, [row[0] for row in SETTINGS])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

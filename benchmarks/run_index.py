@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:  # run as a script: `benchmarks` is a top-level fo
     sys.path.insert(0, str(REPO))
 
 from benchmarks._index_report import SCHEMA, curve, format_row, markdown_curve, plot  # noqa: E402
-from benchmarks._measure import machine_facts  # noqa: E402
+from benchmarks._measure import child_env, compile_sources, machine_facts  # noqa: E402
 from benchmarks._stub_model import model_section  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -81,7 +81,8 @@ def measure(cmd: list[str], *, cwd: Path = REPO, stdout: Path | None = None, tri
         load = os.getloadavg()[0]
         started = time.perf_counter()
         with tempfile.TemporaryFile() as err, open(stdout or os.devnull, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+            # compiled bytecode read as from an install (benchmarks/_measure.child_env)
+            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=child_env("cached"))
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - started
             err.seek(0)
@@ -380,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         args.episodes, args.repeats = "40,80", 1
         args.results = args.results or Path(tempfile.mkdtemp(prefix="shopsimrl-bench-quick-"))
     sizes = [int(x) for x in args.episodes.split(",") if x.strip()]
+    compile_sources(REPO)
     work = Path(tempfile.mkdtemp(prefix="bench-run-index-", dir=args.work))
     try:
         from shopsim_sandbox.cli import write_catalog

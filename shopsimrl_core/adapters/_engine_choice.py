@@ -6,8 +6,6 @@ share; proxies and ``.netrc`` are read only when the client trusts the environme
 
 from __future__ import annotations
 
-import urllib.request
-
 __all__ = ["HTTP_TRANSPORT_MODES", "select_transport"]
 
 HTTP_TRANSPORT_MODES: tuple[str, ...] = ("auto", "h1", "aiohttp", "httpx")
@@ -19,6 +17,7 @@ def _library_for(url: str) -> str | None:
     ``"httpx"`` for an ``ALL_PROXY`` or SOCKS proxy, ``"aiohttp"`` for an ``HTTP(S)_PROXY`` or
     ``.netrc`` credentials for the host.
     """
+    import urllib.request  # here, not at import: a client that does not trust the environment never needs it
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)

@@ -74,3 +74,26 @@ def _clustered_reward_ci(clusters: Any, metric: str) -> dict[str, Any] | None:
     half = 1.959963984540054 * math.sqrt(variance)
     return {"method": "task_cluster_normal_approximation", "confidence_level": 0.95, "tasks": clusters.tasks,
             "low": mean - half, "high": mean + half}
+
+
+def _sampling_design(reward: Any, success: Any, binary_success: bool) -> dict[str, Any]:
+    """``primary.sampling_design``: tasks are the unit; how many, how many episodes each, the design effects."""
+    from shopsimrl_core.analysis._design import cluster_variance, design_effect
+
+    sizes = reward.sizes or success.sizes
+    variance = cluster_variance(reward)
+    return {
+        "unit": "task",
+        "tasks": len(sizes),
+        "episodes": sum(sizes),
+        "repeats_min": min(sizes) if sizes else None,
+        "repeats_max": max(sizes) if sizes else None,
+        "ci_method": {
+            "reward": "task_cluster_percentile_bootstrap"
+            if reward.tasks <= _BOOTSTRAP_MAX_N
+            else "task_cluster_normal_approximation",
+            "success": "wilson_design_effect" if binary_success else None,
+        },
+        "design_effect": {"reward": design_effect(reward), "success": design_effect(success)},
+        "reward_sem": None if variance is None else math.sqrt(variance),
+    }

@@ -40,6 +40,7 @@ from shopsimrl_core.analysis._intervals import (
     _clustered_reward_ci,
     _clustered_success_ci,
     _has_repeats,
+    _sampling_design,
     _task_clusters,
 )
 from shopsimrl_core.analysis._summary_witness import stored_summary_bytes, witness_key, write_witness
@@ -396,29 +397,6 @@ def _add_pass_at_k(primary: dict[str, Any], done: Any) -> None:
     primary["pass_hat_k"] = {str(k): mean_over_tasks(pass_hat_k, k) for k in range(1, k_max + 1)}
 
 
-def _sampling_design(reward: Any, success: Any, binary_success: bool) -> dict[str, Any]:
-    """``primary.sampling_design``: tasks are the unit; how many, how many episodes each, the design effects."""
-    from shopsimrl_core.analysis._design import cluster_variance, design_effect
-
-    sizes = reward.sizes or success.sizes
-    variance = cluster_variance(reward)
-    return {
-        "unit": "task",
-        "tasks": len(sizes),
-        "episodes": sum(sizes),
-        "repeats_min": min(sizes) if sizes else None,
-        "repeats_max": max(sizes) if sizes else None,
-        "ci_method": {
-            "reward": "task_cluster_percentile_bootstrap"
-            if reward.tasks <= _BOOTSTRAP_MAX_N
-            else "task_cluster_normal_approximation",
-            "success": "wilson_design_effect" if binary_success else None,
-        },
-        "design_effect": {"reward": design_effect(reward), "success": design_effect(success)},
-        "reward_sem": None if variance is None else math.sqrt(variance),
-    }
-
-
 def _planned_ids(jobs: list[Any]) -> Any:
     """The planned episode ids of a manifest's jobs: a set, or for long plans a sorted unique Series.
 
@@ -474,8 +452,6 @@ def _planned_of(store: RunStore, *, write: bool = True) -> Any:
     written once and never rewritten on resume), and written only by a process that may write (never
     with *write* False: readers such as the viewer).
     """
-    import polars as pl
-
     from shopsimrl_core.runs.storage._index import _writer
 
     try:
@@ -486,6 +462,8 @@ def _planned_of(store: RunStore, *, write: bool = True) -> Any:
     cache = store.run_dir / PLANNED_CACHE_NAME
     big = stat.st_size >= _PLANNED_CACHE_MIN_BYTES
     if big:
+        import polars as pl  # only here: a small run's summary may be computed without polars (_summary_small.py)
+
         try:
             if pl.read_parquet_metadata(cache).get("manifest_key") == key:
                 return pl.read_parquet(cache).get_column("episode_id").set_sorted()
@@ -495,7 +473,7 @@ def _planned_of(store: RunStore, *, write: bool = True) -> Any:
     if manifest is None or not isinstance(manifest["plan"].get("jobs"), list):
         return None
     planned = _planned_ids(manifest["plan"]["jobs"])
-    if write and big and isinstance(planned, pl.Series):
+    if write and big and not isinstance(planned, set):  # a polars Series
         with _writer(store.run_dir, store.locked) as allowed:
             if allowed:
                 tmp = store.run_dir / f".{PLANNED_CACHE_NAME}.{os.getpid()}.tmp"
@@ -507,6 +485,39 @@ def _planned_of(store: RunStore, *, write: bool = True) -> Any:
                 finally:
                     tmp.unlink(missing_ok=True)
     return planned
+
+
+def _small_run_summary(store: RunStore, requested: int | None, created_at: str | None) -> EvalSummary | None:
+    """The summary of a small run without polars (``_summary_small.py``), or None: the polars path computes it."""
+    from shopsimrl_core.analysis._summary_small import small_summary
+    from shopsimrl_core.runs.storage._small_index import open_small_index
+
+    index = open_small_index(store.run_dir)
+    if index is None:
+        return None
+    planned: set[str] | None = None
+    try:
+        if store.manifest_path.stat().st_size >= _PLANNED_CACHE_MIN_BYTES:
+            return None
+        manifest = store.read_manifest()
+    except FileNotFoundError:
+        manifest = None
+    if manifest is not None and isinstance(manifest["plan"].get("jobs"), list):
+        jobs = manifest["plan"]["jobs"]
+        if len(jobs) >= _VECTOR_MIN_JOBS:
+            return None
+        planned = _planned_ids(jobs)
+    if requested is None:
+        requested = len(planned) if planned is not None else len(index.rows)
+    summary: EvalSummary | None = small_summary(
+        index.rows,
+        requested,
+        planned=planned,
+        duplicate_completed=index.duplicate_completed,
+        endpoint_faults=index.endpoint_faults(planned),
+        created_at=created_at,
+    )
+    return summary
 
 
 def summarize_run(
@@ -544,6 +555,14 @@ def summarize_run(
             stored = stored_summary_bytes(store.run_dir, store.summary_path, key)
             if stored is not None:
                 return EvalSummary.model_validate(json.loads(stored))
+        small = _small_run_summary(store, requested, created_at) if index is None else None
+        if small is not None:
+            if write:
+                from shopsimrl_core._hashing import write_json_atomic
+
+                write_json_atomic(store.summary_path, small.to_json())
+                write_witness(store.run_dir, store.summary_path, None)
+            return small
         planned = _planned_of(store)
         # The run index answers everything the summary needs: no trace line is re-read (issue 11).
         given = requested

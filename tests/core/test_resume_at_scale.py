@@ -28,6 +28,7 @@ from shopsimrl_core.analysis import _summary_witness
 from shopsimrl_core.runs.planning import _plan_hash
 from shopsimrl_core.runs.planning._jobs import EpisodeJob, episode_seed, plan_jobs
 from shopsimrl_core.runs.planning._plan_hash import plan_fingerprint, same_plan
+from shopsimrl_core.runs.storage import _small_index
 
 
 def _semantic(jobs: list[EpisodeJob], **extra: object) -> dict:
@@ -112,6 +113,7 @@ def test_a_resume_that_attempts_nothing_keeps_a_summary_its_witness_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_summary_witness, "WITNESS_MIN_EPISODES", 1)
+    monkeypatch.setattr(_small_index, "SMALL_LINES", 0)  # the full index, as a run of 50,000+ episodes has
     config = _config(tmp_path)
     first = run_evaluation(config, episode_fn=FakeEpisodes())
     witness = first.run_dir / _summary_witness.WITNESS_NAME
@@ -146,6 +148,7 @@ def test_a_finished_run_told_by_the_planned_ids_plays_nothing(tmp_path: Path, mo
 
     monkeypatch.setattr(_summary, "_PLANNED_CACHE_MIN_BYTES", 1)  # the cache path of a million-job manifest
     monkeypatch.setattr(_summary, "_VECTOR_MIN_JOBS", 1)
+    monkeypatch.setattr(_small_index, "SMALL_LINES", 0)
     config = _config(tmp_path, tasks={"repeats": 2})
     first = run_evaluation(config, episode_fn=FakeEpisodes())
     assert (first.run_dir / _summary.PLANNED_CACHE_NAME).exists()

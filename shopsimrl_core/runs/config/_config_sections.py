@@ -60,7 +60,7 @@ def _check_urls(values: list[str]) -> list[str]:
 
 class _Section(BaseModel):
     # strict: "30" is not an int and true is not a number; ints are still accepted for floats
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=False, defer_build=True)
 
 
 class _HttpServers(_Section):

@@ -52,6 +52,7 @@ from shopsimrl_core.runs.planning._jobs import EpisodeJob
 from shopsimrl_core.runs.planning._plan import EvalPlan, build_plan
 from shopsimrl_core.runs.storage._durability import wait_durable
 from shopsimrl_core.runs.storage._ledger import TestAccessLedger, _ledger_key, check_test_access
+from shopsimrl_core.runs.storage._small_index import open_small_index
 from shopsimrl_core.runs.storage._store import RunStore
 
 __all__ = ["run_evaluation", "arun_evaluation", "boundary_record"]
@@ -283,16 +284,23 @@ async def _run_locked(
     if opts.on_start is not None:
         opts.on_start(plan, store, resumed)
 
-    index = store.index()
+    # A small run's index is read from its log without polars (its import would be most of a short run's CPU).
+    small = open_small_index(store.run_dir)
+    index = store.index() if small is None else None
     tracker = ProgressTracker(len(plan.jobs), [opts.progress] if opts.progress is not None else None)
     # A finished run (every planned episode complete, nothing else) is told by the index's columns against the
     # manifest's sorted ids; otherwise one pass over the planned ids (formatted once by the plan) and the
     # index's cached columns. Neither builds an entry object or formats an id per episode (issue 33).
-    planned = None if resumed and _finished(store, index) else index.planned(plan.episode_ids)
-    if planned is None:
+    planned: tuple[list[int], list[bool], list[float | None]] | None
+    if index is None:
+        planned = small.planned(plan.episode_ids) if small is not None else None
+    elif resumed and _finished(store, index):
+        planned = None
         rewards = index.run_index.entry_column("reward")
         tracker.preload(len(plan.jobs), [reward for reward in rewards if reward is not None])
     else:
+        planned = index.planned(plan.episode_ids)
+    if planned is not None:
         tracker.preload(sum(planned[1]), [reward for reward in planned[2] if reward is not None])
     from shopsimrl_core.runs.leases._outage import OutageError
 
@@ -306,7 +314,8 @@ async def _run_locked(
         tracker.finish()
         raise
     # Nothing appended: the index opened above is current, and a summary computed from it is reused as is.
-    summary = summarize_run(plan.run_dir, store=store, index=index if tracker.attempts == 0 else None)
+    reuse = index if index is not None and tracker.attempts == 0 else None
+    summary = summarize_run(plan.run_dir, store=store, index=reuse)
     tracker.finish()
     return RunResult(
         run_dir=plan.run_dir,

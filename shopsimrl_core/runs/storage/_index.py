@@ -471,6 +471,29 @@ class IndexAppender:
             self._handle.close()
         self._handle, self._covered, self._lines, self._disabled = None, None, 0, False
 
+    def _catch_up_small(self, offset: int, line: bytes, *, locked: bool) -> bool:
+        """A small run's first catch-up without polars (``_small_index.py``): one log row for *line*."""
+        from shopsimrl_core.runs.storage._small_index import open_small_index
+        small = open_small_index(self.run_dir, upto=offset)  # the log alone covers the traces before *line*
+        try:
+            whole = small is not None and os.stat(self.run_dir / "traces.jsonl").st_size == offset + len(line)
+        except OSError:
+            return False
+        if small is None or not whole or not line.endswith(b"\n"):
+            return False
+        try:
+            value, blank = loads(line), False
+        except (ValueError, UnicodeDecodeError):
+            value, blank = None, not line.strip()
+        row = index_row(value, offset=offset, length=len(line), line=len(small.lines) + 1, blank=blank)
+        with _writer(self.run_dir, locked) as allowed:
+            if allowed:
+                with open_for_append(self.run_dir) as handle:
+                    handle.write(dump_rows([row]))
+        self._disabled = not allowed
+        self._covered, self._lines = offset + len(line), len(small.lines) + 1
+        return True
+
     def after_write(self, offset: int, line: bytes, record: dict[str, Any], *, locked: bool) -> None:
         """Record the trace line just written at *offset* (the bytes *line* of *record*)."""
         if self._disabled:
@@ -479,6 +502,8 @@ class IndexAppender:
             # First append of this store, or the file moved under us: catch up first (this also
             # indexes the line just written, so nothing is appended twice).
             self.reset()
+            if self._catch_up_small(offset, line, locked=locked):
+                return
             index = open_run_index(self.run_dir, persist=True, locked=locked)
             with _writer(self.run_dir, locked) as allowed:
                 if not allowed:

@@ -134,10 +134,15 @@ def _refuse_exported_records(store: RunFolder) -> None:
     # Exports carry a ``redaction`` block and are never resume input (§22.7): appending raw
     # attempts to redacted ones would mix private and shared records in one file. The run
     # index flags such lines, so only the offending line itself is read (and nothing written).
-    from shopsimrl_core.runs.storage._index import open_run_index
+    from shopsimrl_core.runs.storage._small_index import open_small_index
 
-    run_index = open_run_index(store.run_dir, persist=False)
-    exported = run_index.first_exported()
+    small = open_small_index(store.run_dir)
+    if small is not None:
+        exported = small.first_exported
+    else:
+        from shopsimrl_core.runs.storage._index import open_run_index
+
+        exported = open_run_index(store.run_dir, persist=False).first_exported()
     if exported is not None:
         number, offset, length = exported
         with open(store.traces_path, "rb") as handle:
