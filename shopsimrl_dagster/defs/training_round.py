@@ -305,7 +305,13 @@ def build_training_round_assets(settings: PipelineSettings) -> list[dg.AssetsDef
                     "resumed_from": resume_from}
         paths.progress.write_text(json.dumps(progress, indent=2), encoding="utf-8")
         reported = invocation.get_materialize_result()
-        metadata = dict(reported.metadata or {})
+        last = steps[-1] if steps else {}
+        shown = ", ".join(f"{key} {last[key]:.3g}" for key in ("reward", "success", "frontier_share", "tokens_per_s")
+                          if isinstance(last.get(key), (int, float)))
+        # the verdict first, rounded, as text; the trainer's own values and the series follow
+        metadata: dict[str, Any] = {"verdict": f"{len(steps)} steps, {len(checkpoints)} checkpoints registered"
+                                               + (f"; last step {last.get('step')}: {shown}" if shown else "")}
+        metadata.update(reported.metadata or {})
         metadata.update({
             "trainer": " ".join(trainer), "steps_reported": len(steps),
             "checkpoints": [c["checkpoint_id"] for c in checkpoints],
