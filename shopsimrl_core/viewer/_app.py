@@ -436,6 +436,22 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
         except PathRefused as exc:
             return refused(str(exc))
 
+    def round_page(request: Request) -> Response:
+        # a training round's folder (training.out_dir): its groups from the triage documents (viewer/_round.py)
+        from shopsimrl_core.viewer._round import round_groups
+
+        try:
+            run = run_of(request.path_params["tail"])
+        except PathRefused as exc:
+            return refused(str(exc))
+        data = round_groups(run.path)
+        for group in data["groups"]:
+            for sample in group["members"]:
+                sample["href"] = _href_episode(run.rel, sample["episode_id"])
+            if group["retry"] is not None:
+                group["retry"]["href"] = _href_episode(run.rel, group["retry"]["episode_id"])
+        return render("round", rel=run.rel, run_href=_href_run(run.rel), **data)
+
     def side(run: RunRef) -> dict[str, Any]:
         summary = read_summary(run.path / "summary.json")
         return {
@@ -667,6 +683,7 @@ def create_app(roots: list[str | os.PathLike[str]], *, host: str = "127.0.0.1") 
         routes=[
             Route("/", runs_page),
             Route("/run/{tail:path}", run_dispatch),
+            Route("/round/{tail:path}", round_page),
             Route("/compare", compare_page),
             Route("/skillbank", skillbank_page),
             Route("/chart", chart_image),

@@ -235,6 +235,19 @@ _SKILLBANK = """{% extends "base" %}{% import "macros" as m %}
 <details><summary>metadata</summary>{{ m.pre(s.metadata) }}</details></div>{% endfor %}
 {% endblock %}"""
 
+_ROUND = """{% extends "base" %}{% import "macros" as m %}
+{% block title %}round {{ rel }}{% endblock %}
+{% block nav %}<a href="{{ run_href }}">episodes of {{ rel }}</a>{% endblock %}
+{% block body %}<h1>Training round <code>{{ rel }}</code></h1>
+<p id="round-classes">{{ groups|length }} group(s){% for name, n in classes.items() %} · <span class="tag">{{ name }}</span> {{ n }}{% endfor %}</p>
+{% for line in unreadable %}<p class="bad">{{ line }}</p>{% endfor %}
+<table id="round-groups"><tr><th>group</th><th>task</th><th>assignment</th><th>samples: reward (success)</th><th>diagnostic retry (every active skill)</th><th>classification</th></tr>
+{% for g in groups %}<tr class="group" data-group="{{ g.group_key }}"><td>{{ g.group_key }}</td><td>{{ g.task_id }}</td><td>{{ g.mode }}{% if g.chunks %}<br><span class="muted">{{ g.chunks|join(', ') }}</span>{% endif %}</td>
+<td>{% for s in g.members %}<a href="{{ s.href }}">#{{ s.sample }}</a> {% if s.scored %}{{ m.fixed(s.reward) }}{% if s.success %} <span class="ok">✓</span>{% endif %}{% else %}<span class="bad">not scored</span>{% endif %}{% if not loop.last %} · {% endif %}{% endfor %}</td>
+<td>{% if g.retry %}<a href="{{ g.retry.href }}">retry</a> {{ m.fixed(g.retry.reward) }}{% if g.retry.success %} <span class="ok">✓</span>{% endif %}<br><span class="muted">{{ g.retry.chunks|join(', ') }}</span>{% else %}<span class="muted">none</span>{% endif %}</td>
+<td><span class="tag{% if g.pending %} bad{% endif %}">{{ g.classification }}</span></td></tr>{% endfor %}
+</table>{% endblock %}"""
+
 _ERROR = """{% extends "base" %}
 {% block title %}{{ title }}{% endblock %}
 {% block body %}<h1>{{ title }}</h1><p id="error-message">{{ message }}</p>{% endblock %}"""
@@ -247,7 +260,7 @@ def environment() -> Any:
     env = Environment(
         loader=DictLoader({"base": _BASE, "macros": _MACROS, "runs": _RUNS, "run": _RUN, "episode": _EPISODE,
                            "compare_task": _COMPARE_TASK, "compare": _COMPARE, "label": _LABEL,
-                           "skillbank": _SKILLBANK, "error": _ERROR}),
+                           "skillbank": _SKILLBANK, "round": _ROUND, "error": _ERROR}),
         autoescape=True,
     )
     return env

@@ -344,7 +344,7 @@ def build_training_round_assets(settings: PipelineSettings) -> list[dg.AssetsDef
             "pending_analysis": len(pending),
             "pending_analysis_episodes": dg.MetadataValue.md(links or "none"),
             "round_in_viewer": dg.MetadataValue.url(
-                f"{settings.viewer.base_url.rstrip('/')}/run/rounds/{context.partition_key}/training")})
+                f"{settings.viewer.base_url.rstrip('/')}/round/rounds/{context.partition_key}/training")})
 
     @optional_asset(ONLINE, name="round_online_analysis", deps=[TRIAGE], group=_GROUP,
                     partitions_def=training_rounds, kinds={"json"},

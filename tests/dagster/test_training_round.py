@@ -105,6 +105,49 @@ def test_a_round_runs_the_trainer_through_pipes_and_the_analysts_read_its_pendin
                                "online_failure_analysis.json").read_text())
         assert document["input_episode_ids"] == pending and online["input_episodes"] == len(pending)
         assert online["proposal_checkpoint"] == f"{ROUND}-step-000002"
+        # the viewer's round page: every group with its samples' rewards, the retry and the classification
+        _round_page_shows_the_groups(settings.runs_root, out_dir, triage["round_in_viewer"])
+
+
+def _round_page_shows_the_groups(runs_root: Path, out_dir: Path, url_in_dagster: str) -> None:
+    import re
+    import socket
+
+    import httpx
+    import uvicorn
+
+    from shopsimrl_core.documents._training import GroupTriage
+    from shopsimrl_core.viewer import create_app
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app([str(runs_root)]), log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive()
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        path = f"/round/rounds/{ROUND}/training"
+        assert url_in_dagster.endswith(path)  # round_triage links here
+        page = httpx.get(base + path, timeout=30, trust_env=False)
+        assert page.status_code == 200, page.text[:300]
+        documents = [GroupTriage.parse(json.loads(p.read_text()), str(p))
+                     for p in sorted((out_dir / "triage").glob("*.json"))]
+        rows = re.findall(r'<tr class="group" data-group="([^"]+)">(.*?)</tr>', page.text, re.S)
+        assert [key for key, _ in rows] == [d.group_key for d in documents]
+        for (_, row), document in zip(rows, documents, strict=True):
+            assert f">{document.classification}</span>" in row
+            for member in document.members:  # each sample's reward, linked to its episode page
+                assert f"/episode/{member.episode_id}\">#{member.sample_in_group}</a> {member.reward:.3f}" in row
+            if document.diagnostic_retry is not None:
+                assert f"/episode/{document.diagnostic_retry.episode_id}\">retry</a>" in row
+        links = re.findall(r'href="(/run/[^"]+/episode/[^"]+)"', page.text)
+        assert links and httpx.get(base + links[0], timeout=30, trust_env=False).status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 def test_a_failed_preflight_never_starts_the_trainer(tmp_path: Path, sandbox: Any, settings_writer: Any) -> None:
