@@ -35,7 +35,7 @@ from ..training_settings import TrainingSettings, fill_training_command
 from .checks import check_spec
 from .failures import as_failure
 from .optional import optional_asset
-from .research import AnalystEndpoint, training_rounds
+from .research import POOL, AnalystEndpoint, training_rounds
 from .resources import RunStorage
 
 __all__ = ["build_training_round_assets", "build_training_round_jobs", "build_round_sensor", "ROUND_KEYS",
@@ -423,6 +423,26 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> A
     return result.records[0] if result.records else None
 
 
+def _handled(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str, upstream: Any) -> bool:
+    """Whether *key*[partition] already follows *upstream* (a materialization record).
+
+    True when it was materialized after it, or a run that materializes it is under way: a round materialized
+    by hand in one run is not run twice.
+    """
+    latest = _latest(instance, key, partition)
+    if latest is not None and latest.storage_id > upstream.storage_id:
+        return True
+    running = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": partition},
+                                                      statuses=_IN_PROGRESS))
+    return any(key in (run.asset_selection or set()) or run.job_name in _JOBS_OF.get(key.to_user_string(), ())
+               for run in running)
+
+
+_IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+_JOBS_OF = {"round_training": ("round_trainer",), "round_candidate_pool": ("training_round",)}
+
+
 def gate_run_config(settings: PipelineSettings, run_storage_root: Path, round_id: str) -> dict[str, Any]:
     """The run config of the existing ``training_round`` job (pool → gate → bank → curriculum) for a round."""
     training = _training(settings)
@@ -462,11 +482,12 @@ def build_round_sensor(settings: PipelineSettings, jobs: list[Any]) -> dg.Sensor
             if inputs is not None:
                 meta = inputs.event_log_entry.asset_materialization.metadata
                 ok = meta.get("preflight_ok")
-                if ok is not None and ok.value is True:
+                if ok is not None and ok.value is True and not _handled(context.instance, TRAINING, round_id, inputs):
                     requests.append(dg.RunRequest(job_name="round_trainer", partition_key=round_id,
                                                   run_key=f"round-trainer-{round_id}-{inputs.storage_id}"))
             online = _latest(context.instance, ONLINE, round_id)
-            if online is not None and settings.training is not None and settings.training.gate is not None:
+            if (online is not None and settings.training is not None and settings.training.gate is not None
+                    and not _handled(context.instance, POOL, round_id, online)):
                 requests.append(dg.RunRequest(
                     job_name="training_round", partition_key=round_id,
                     run_key=f"round-gate-{round_id}-{online.storage_id}",

@@ -68,10 +68,15 @@ def test_a_round_runs_the_trainer_through_pipes_and_the_analysts_read_its_pendin
     settings = _settings(tmp_path, sandbox, settings_writer, analyst_url=analyst.url, train_tasks=6)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("training_rounds", [ROUND])
-        result = _materialize(settings, instance)
+        first = _materialize(settings, instance, KEYS[:1])
+        # the round sensor starts the trainer for inputs whose preflight passed ...
+        assert _sensor_jobs(settings, instance) == ["round_trainer"]
+        result = _materialize(settings, instance, KEYS[1:])
         assert result.success, [e.message for e in result.all_events if e.is_failure]
-        meta = _meta(result)
-        [check] = result.get_asset_check_evaluations()
+        # ... and not again once the round trained after them (no gate configured here: nothing else to start)
+        assert _sensor_jobs(settings, instance) == []
+        meta = {**_meta(first), **_meta(result)}
+        [check] = first.get_asset_check_evaluations()
         assert check.check_name == "training_preflight" and check.passed
         assert meta["round_inputs"]["preflight_ok"] is True and meta["round_inputs"]["tasks"] == 6
         training = meta["round_training"]
@@ -150,6 +155,12 @@ def _round_page_shows_the_groups(runs_root: Path, out_dir: Path, url_in_dagster:
         sock.close()
 
 
+def _sensor_jobs(settings: Any, instance: dg.DagsterInstance) -> list[str]:
+    sensor = build_definitions(settings).get_sensor_def("round_sensor")
+    result = sensor(dg.build_sensor_context(instance=instance))
+    return [] if isinstance(result, dg.SkipReason) else [r.job_name for r in result.run_requests]
+
+
 def test_a_failed_preflight_never_starts_the_trainer(tmp_path: Path, sandbox: Any, settings_writer: Any) -> None:
     # the training YAML's sampling truncates the distribution: exact tokens refuse it in the preflight
     settings = _settings(tmp_path, sandbox, settings_writer, sampling={"top_p": 0.9})
@@ -158,6 +169,7 @@ def test_a_failed_preflight_never_starts_the_trainer(tmp_path: Path, sandbox: An
         result = _materialize(settings, instance, KEYS[:2])
         [check] = result.get_asset_check_evaluations()
         assert not check.passed
+        assert _sensor_jobs(settings, instance) == []  # the round sensor does not start it either
         assert not (settings.runs_root / "rounds" / ROUND / "checkpoints").exists()
         assert not (settings.runs_root / "rounds" / ROUND / "trainer_status.json").exists()
         assert read_registry(settings.checkpoint_registry) == []
