@@ -21,12 +21,26 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from shopsimrl_core.runs.leases._leases import JOURNAL_NAME, LeaseJournal
 
-if TYPE_CHECKING:
-    from shopsimrl_core.runs.leases._journaled_env import JournaledEnvironment
+
+class _Releaser(Protocol):
+    """What this module uses of a ``JournaledEnvironment``.
+
+    A protocol, not the class: ``_journaled_env.py`` imports this module, and importing it back would be
+    an import cycle (tests/core/test_import_cycles.py).
+    """
+
+    journal: LeaseJournal
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL."""
+
+    async def release_into(self, journal: LeaseJournal, entries: list[dict[str, Any]]) -> tuple[int, int]:
+        """Release another run's journaled *entries* on this server: ``(released, kept)``."""
 
 __all__ = ["OrphanedLeases", "release_orphaned_leases"]
 
@@ -84,7 +98,7 @@ def _neighbours(own: Path, root: Path | None) -> list[Path]:
 
 
 async def release_orphaned_leases(
-    env: JournaledEnvironment, invocation_id: str, shared_runs_root: Path | None = None
+    env: _Releaser, invocation_id: str, shared_runs_root: Path | None = None
 ) -> list[OrphanedLeases]:
     """Release the leases on *env*'s server that dead runs journaled; one entry per such run.
 
