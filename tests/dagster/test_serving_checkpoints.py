@@ -275,7 +275,7 @@ def test_a_run_that_materializes_two_suites_of_a_checkpoint_loads_it_once(
     tmp_path: Path, settings_writer, register, sandbox
 ) -> None:
     """Issue 32: the val and train rollouts of one launched checkpoint in one run share one server (idle_timeout 0:
-    the run holds it until it ends, then stops it)."""
+    the run holds it until it ends, then stops it); a re-materialization with nothing left to do starts none."""
     path = settings_writer(tmp_path, env_url=sandbox.env_url, split_file=sandbox.split_file, val_sample=6)
     path = _launch_settings(path)
     _write(path, lambda s: s["suites"]["train"].update(sample_size=6, repeats=1))
@@ -294,6 +294,11 @@ def test_a_run_that_materializes_two_suites_of_a_checkpoint_loads_it_once(
         )
         assert result.success
         messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        # Re-materialized with nothing left to do: no server at all.
+        again = run_job(location, "evaluate_val", instance, "w-100")
+        rerun = [e.user_message for e in instance.all_logs(again.run_id)]
+    assert not any("inference server pgid" in m for m in rerun), rerun
+    assert any(m.startswith("nothing left to run: all 6 planned episodes are complete") for m in rerun), rerun
     started = [m for m in messages if m.startswith("started inference server")]
     assert len(started) == 1, messages
     pgid = int(started[0].split("pgid ")[1].split(" ")[0])
