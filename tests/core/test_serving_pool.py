@@ -61,14 +61,14 @@ def _starts(said: list[str]) -> int:
 
 def test_runs_serving_the_same_weights_share_one_server_until_its_idle_timeout(tmp_path: Path, sandbox: Any) -> None:
     said: list[str] = []
-    serve = {"idle_timeout": 2}
+    serve = {"idle_timeout": 8}
     with launched_server(_config(tmp_path, sandbox, serve=serve), said.append) as first:
         pass
     assert group_alive(first.pgid), "the server stays in the pool after the run"
     with launched_server(_config(tmp_path, sandbox, serve=serve), said.append) as second:
         assert second.reused and second.pgid == first.pgid and second.base_url == first.base_url
     assert _starts(said) == 1 and any(line.startswith("reusing inference server") for line in said), said
-    deadline = time.monotonic() + 60  # the keeper stops it 2 s after its last user left
+    deadline = time.monotonic() + 60  # the keeper stops it 8 s after its last user left
     while group_alive(first.pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not group_alive(first.pgid)
@@ -104,7 +104,7 @@ def test_an_idle_pooled_server_makes_room_for_another_identity_on_a_full_gpu_poo
         assert not group_alive(first.pgid) and second.devices == ["0"]
     assert any(line.startswith(f"stopped idle inference server pgid {first.pgid}") for line in said), said
     with launched_server(_config(tmp_path, sandbox, name="ckpt-200", serve={**other, "idle_timeout": 0}), print):
-        pass  # a run with idle_timeout 0 of the same identity... is another identity? no: the timeout is not in it
+        pass  # the idle timeout is not part of the identity: this run attaches, and with 0 stops it on leaving
     assert not group_alive(second.pgid)
 
 
