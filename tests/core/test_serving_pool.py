@@ -228,6 +228,6 @@ def test_defect_8_sglang_serves_adapters_with_its_current_command_and_parser(tmp
     assert "--enable-lora" in argv and argv[argv.index("--max-lora-rank") + 1] == "16"
     adapter = str(_adapter(tmp_path, "sg", 0.1))
     served = _served(_config(tmp_path, sandbox, name="base:sg-100", serve={"server": "sglang", "adapter": adapter}))
-    assert (served.base_name, served.lora_name) == ("base", "base:sg-100")
+    assert (served.base_name, served.lora_name, served.request_name) == ("base", "sg-100", "base:sg-100")
     with pytest.raises(ConfigError, match="SGLang requests an adapter as <base>:<adapter>"):
         _served(_config(tmp_path, sandbox, name="sg-100", serve={"server": "sglang", "adapter": adapter}))
