@@ -85,6 +85,9 @@ def test_rollout_refusals_are_one_line_and_play_nothing(tmp_path: Path, sandbox:
         (dict(sampling=SamplingSpec(temperature=0.7)), [task_prompt(task)] * 2, trainer(2, 1.0),
          "exact-tokens-sampling"),  # TRL would recompute at another temperature
     ]
+    evaluating = trainer(2)
+    evaluating.model = SimpleNamespace(training=False)  # TRL's evaluation loop: val/test go through `shopsimrl run`
+    cases.append((dict(), [task_prompt(task)] * 2, evaluating, "training-guarded-split"))
     for kwargs, prompts, fake, code in cases:
         out = tmp_path / f"trl-{code}-{len(prompts)}"
         with TRLRollout(path, out_dir=out, backend=backend_for(path), **kwargs) as rollout:

@@ -147,10 +147,15 @@ class TRLRollout:
         """TRL's ``rollout_func(prompts, trainer)``: one episode per prompt copy, groups of ``num_generations``.
 
         Raises:
-            ConfigError: a prompt that is no ``shopsim-task:<id>``, prompts not in runs of ``num_generations``, a
-                group size or temperature that differs from the trainer's, a drifted episode with
-                ``on_drift="error"``, or any refusal of the session (guarded split, sampling).
+            ConfigError: TRL's evaluation loop (the model in eval mode), a prompt that is no ``shopsim-task:<id>``,
+                prompts not in runs of ``num_generations``, a group size or temperature that differs from the
+                trainer's, a drifted episode with ``on_drift="error"``, or any refusal of the session (guarded
+                split, sampling).
         """
+        if getattr(getattr(trainer, "model", None), "training", True) is False:
+            raise ConfigError("TRL's evaluation loop (eval_dataset) is not played by the training adapter: evaluate "
+                              "checkpoints with `shopsimrl run` on the val/test split (docs/training.md#trl)",
+                              code="training-guarded-split")
         groups = self._groups(prompts, int(trainer.num_generations))
         self._check_temperature(trainer)
         session = self._open(trainer)
