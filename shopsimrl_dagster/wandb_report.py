@@ -6,7 +6,9 @@ lab sees the round's evaluation curves beside its training curves:
 - ``train/reward``, ``train/success``, ``train/frontier_share``, ``train/tokens_per_s`` per trainer step
   (what the trainer reported through Pipes), x = ``train_step``;
 - ``eval/<val suite>/reward`` and ``eval/<val suite>/success_rate`` of each of the round's checkpoints, the
-  numbers ``<suite>/eval_summary`` shows as metadata, x = the checkpoint's training step;
+  numbers ``<suite>/eval_summary`` shows as metadata, and ``eval/<val suite>/delta_reward`` /
+  ``delta_r_success`` of its paired comparison with the checkpoint before it (``checkpoint_comparison``'s
+  ``delta_<metric>``), x = the checkpoint's training step;
 - the triage counts, the online analysis counts, the gate's coefficients table (one row per intervention)
   and its selected chunks;
 - the round's files as one artifact (``round-<round>``), and copied into the run's files under
@@ -94,6 +96,13 @@ def report_round(settings: PipelineSettings, round_id: str, checkpoints: list[An
                 continue  # not evaluated yet: the next report of the round logs it
             values = {f"eval/{val}/reward": primary["reward_mean"],
                       f"eval/{val}/success_rate": primary.get("success_rate")}
+            # the paired comparison with the checkpoint before it (checkpoint_comparison's delta_<metric>)
+            for path in sorted((root / val / checkpoint.checkpoint_id).glob("comparison_vs_*.json")):
+                metrics = ((_read(path) or {}).get("paired") or {}).get("metrics") or {}
+                for metric in ("reward", "r_success"):
+                    difference = (metrics.get(metric) or {}).get("mean_difference")
+                    if isinstance(difference, (int, float)):
+                        values[f"eval/{val}/delta_{metric}"] = difference
             run.log({"train_step": checkpoint.step, **{k: v for k, v in values.items() if v is not None}})
             evaluated[checkpoint.checkpoint_id] = {k: v for k, v in values.items() if v is not None}
         triage = _read(round_dir / "triage_summary.json") or {}

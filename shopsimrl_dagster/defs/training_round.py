@@ -494,9 +494,11 @@ def build_round_sensor(settings: PipelineSettings, jobs: list[Any]) -> dg.Sensor
                     run_config=gate_run_config(settings, settings.runs_root, round_id)))
             curriculum = _latest(context.instance, dg.AssetKey("round_curriculum"), round_id)
             if curriculum is not None and settings.training is not None and settings.training.wandb is not None:
-                evaluated = sum(1 for c in _round_checkpoints(settings, round_id)
-                                if (settings.runs_root / settings.skills.val_suite / c.checkpoint_id /
-                                    "summary.json").is_file())
+                # again whenever another summary or comparison of the round's checkpoints has been written
+                folders = [settings.runs_root / settings.skills.val_suite / c.checkpoint_id
+                           for c in _round_checkpoints(settings, round_id)]
+                evaluated = sum((f / "summary.json").is_file() + len(list(f.glob("comparison_vs_*.json")))
+                                for f in folders)
                 requests.append(dg.RunRequest(job_name="round_report", partition_key=round_id,
                                               run_key=f"round-report-{round_id}-{curriculum.storage_id}-{evaluated}"))
         if not requests:

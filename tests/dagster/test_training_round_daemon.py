@@ -119,7 +119,8 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
                     filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))]
             assert not failed, f"failed runs: {failed}\n{dev.log_tail()}"
             done = (set(ids) <= evaluated and progress.get("checkpoints") == 2 and curriculum is not None
-                    and report.get("checkpoints_evaluated") == 2)
+                    and report.get("checkpoints_evaluated") == 2
+                    and "eval/val/delta_reward" in (report.get("evaluated") or {}).get(ids[1], {}))
             return done, (sorted(evaluated), progress.get("checkpoints"), curriculum is not None,
                           report.get("checkpoints_evaluated"))
 
@@ -151,6 +152,7 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         with dg.DagsterInstance.from_config(str(dev.home)) as instance:
             report = _latest(instance, dg.AssetKey("round_wandb"), ROUND)
             summaries = {i: _latest(instance, dg.AssetKey(["val", "eval_summary"]), i) for i in ids}
+            comparison = _latest(instance, dg.AssetKey(["val", "checkpoint_comparison"]), ids[1])
         assert report is not None
         run_dir = Path(report["wandb_run_dir"]).parent
         assert run_dir.is_relative_to(tmp_path / "wandb")
@@ -159,6 +161,8 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         for step, checkpoint_id in enumerate(ids, 1):
             assert series[step]["eval/val/reward"] == summaries[checkpoint_id]["reward"]
             assert series[step]["eval/val/success_rate"] == summaries[checkpoint_id]["success_rate"]
+        # the second checkpoint's paired comparison with the first: checkpoint_comparison's delta_reward
+        assert comparison is not None and series[2]["eval/val/delta_reward"] == comparison["delta_reward"]
         trainer = [row for row in logged["history"] if "train/reward" in row]
         assert [row["train_step"] for row in trainer] == [1, 2]
         assert [row["train/reward"] for row in trainer] == [s["reward"] for s in training["progress"]["steps"]]
