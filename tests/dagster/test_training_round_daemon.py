@@ -91,6 +91,7 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         return path
 
     dev = DagsterDev(tmp_path, sandbox, writer, sensor=True)
+    stopped = False
     try:
         settings = dev.settings
         added = dev.gql("""mutation Add($repo: RepositorySelector!, $name: String!, $key: String!) {
@@ -179,8 +180,33 @@ def test_one_materialization_of_round_inputs_runs_the_whole_round_in_the_daemon(
         assert "WANDB_API_KEY" not in (run_dir / "logs" / "debug.log").read_text(errors="replace")
         if CHROMIUM.exists():
             _browser(dev, tmp_path)
+        dev.stop()  # the next round's inputs below, with no sensor to start its trainer
+        stopped = True
+        _next_round_reads_this_rounds_curriculum(dev, settings, bank, curriculum)
     finally:
-        dev.stop()
+        if not stopped:
+            dev.stop()
+
+
+def _next_round_reads_this_rounds_curriculum(dev: DagsterDev, settings: Any, bank: dict[str, Any],
+                                              curriculum: dict[str, Any]) -> None:
+    """round-002's inputs are round-001's selected bank and curriculum, and its preflight passes on them."""
+    from shopsimrl_dagster.definitions import build_definitions
+
+    location = build_definitions(settings)
+    [inputs] = [a for a in location.assets if isinstance(a, dg.AssetsDefinition)
+                and dg.AssetKey("round_inputs") in a.keys]
+    with dg.DagsterInstance.from_config(str(dev.home)) as instance:
+        instance.add_dynamic_partitions("training_rounds", ["round-002"])
+        result = dg.materialize([inputs], partition_key="round-002", instance=instance, resources=location.resources)
+    [event] = result.get_asset_materialization_events()
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed and meta["preflight_ok"] is True
+    assert meta["state_id"] == curriculum["state_id"] and meta["bank_sha256"] == bank["bank_sha256"]
+    copied = settings.runs_root / "rounds" / "round-002" / "inputs"
+    assert (copied / "curriculum.json").read_bytes() == (settings.runs_root / "rounds" / ROUND /
+                                                         "curriculum.json").read_bytes()
 
 
 def _browser(dev: DagsterDev, folder: Path) -> None:
