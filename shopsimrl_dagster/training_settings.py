@@ -131,6 +131,12 @@ class TrainingSettings(_Strict):
         if unknown:
             raise ValueError(f"training.k8s.{unknown[0]}: unknown key; valid keys: image, namespace, resources, "
                              "base_pod_spec, base_pod_meta")
+        for key, kind, what in (("image", str, "a container image name"), ("namespace", str, "a namespace name"),
+                                ("resources", dict, "a mapping (requests/limits)"),
+                                ("base_pod_spec", dict, "a mapping (a pod spec)"),
+                                ("base_pod_meta", dict, "a mapping (pod metadata)")):
+            if key in value and not (isinstance(value[key], kind) and value[key]):
+                raise ValueError(f"training.k8s.{key}: must be {what} (got {value[key]!r})")
         return value
 
     @model_validator(mode="after")

@@ -37,6 +37,23 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"wandb": {"project": "p", "mode": "dryrun"}}, "training.wandb.mode: Input should be 'online' or 'offline'"),
     ({"wandb": {"project": "p", "api_key": "secret"}}, "training.wandb.api_key: unknown key"),
     ({"trainer": "x"}, "training.trainer: unknown key; remove it or fix its spelling"),
+    ({"env": {"HF_HOME": 5}}, "training.env.HF_HOME: Input should be a valid string"),
+    ({"cwd": 5}, "training.cwd: Input is not a valid path"),
+    ({"initial_skillbank": []}, "training.initial_skillbank: Input is not a valid path"),
+    ({"initial_curriculum": {}}, "training.initial_curriculum: Input is not a valid path"),
+    ({"diagnostic_retry": "maybe"}, "training.diagnostic_retry: Input should be a valid boolean"),
+    ({"k8s": {"image": "i", "namespace": 5}}, "training.k8s.namespace: must be a namespace name (got 5)"),
+    ({"k8s": {"image": "i", "resources": "8 gpus"}}, "training.k8s.resources: must be a mapping (requests/limits)"),
+    ({"gate": {"experiment_config": "g.yaml", "bare_run_dir": "b", "max_candidates": 0}},
+     "training.gate.max_candidates: Input should be greater than or equal to 1"),
+    ({"gate": {"experiment_config": "g.yaml", "bare_run_dir": "b", "active_skill_budget": 0}},
+     "training.gate.active_skill_budget: Input should be greater than or equal to 1"),
+    ({"gate": {"bare_run_dir": "b"}}, "training.gate.experiment_config: Field required"),
+    ({"wandb": {"project": ""}}, "training.wandb.project: String should have at least 1 character"),
+    ({"wandb": {"project": "p", "entity": ""}}, "training.wandb.entity: String should have at least 1 character"),
+    ({"wandb": {"project": "p", "dir": 5}}, "training.wandb.dir: Input is not a valid path"),
+    ({"wandb": {"project": "p", "api_key_env": ""}}, "training.wandb.api_key_env: String should have at least 1"),
+    ({"wandb": {"project": "p", "group": ""}}, "training.wandb.group: String should have at least 1 character"),
 ]
 
 
