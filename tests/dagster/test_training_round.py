@@ -234,3 +234,19 @@ def test_sigkill_of_the_trainer_fails_the_run_naming_it_and_registers_nothing_ha
         assert meta["checkpoints"] == [f"{ROUND}-step-000002", f"{ROUND}-step-000003"]
         messages = [record.user_message for record in instance.all_logs(again.run_id)]
         assert any(m.startswith(f"resuming the round from {ROUND}-step-000001") for m in messages)
+
+
+def test_a_trainer_command_without_resume_from_says_the_round_starts_again(
+        tmp_path: Path, sandbox: Any, settings_writer: Any) -> None:
+    settings = _settings(tmp_path, sandbox, settings_writer, steps=1)
+    training = settings.training.model_copy(update={"command": [a for a in settings.training.command
+                                                                if a not in ("--resume_from", "{resume_from}")]})
+    settings = settings.model_copy(update={"training": training})
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("training_rounds", [ROUND])
+        assert _materialize(settings, instance, KEYS[:2]).success
+        again = _materialize(settings, instance, KEYS[1:2])  # the round already registered step 1
+        assert again.success
+        messages = [record.user_message for record in instance.all_logs(again.run_id)]
+        assert any("takes no {resume_from}, so it starts the round again from its beginning" in m for m in messages)
+        assert _meta(again)["round_training"]["resumed_from"] == "none"
