@@ -116,13 +116,16 @@ def _resolve_inputs(context: dg.AssetExecutionContext, config: RoundInputsConfig
         candidate = run_storage.root_path / "rounds" / previous / "curriculum.json" if previous else None
         if candidate is not None and candidate.is_file():
             curriculum = candidate
-        elif training.initial_curriculum is not None:
+        elif previous is None and training.initial_curriculum is not None:
             curriculum = training.initial_curriculum
         else:
+            # never the first round's curriculum in silence for a later round whose predecessor selected nothing
             raise dg.Failure(description=(
-                f"round {context.partition_key}: no curriculum — the previous round "
-                f"({previous or 'none'}) has no round_curriculum and training.initial_curriculum is not set; "
-                "materialize the previous round or set it"), allow_retries=False)
+                f"round {context.partition_key}: no curriculum — "
+                + (f"the previous round {previous!r} has no round_curriculum (its gate has not run or selected "
+                   "nothing); materialize it, or give round_inputs config curriculum and skillbank"
+                   if previous else "this is the first round and training.initial_curriculum is not set; set it")),
+                allow_retries=False)
     if config.skillbank:
         return curriculum, given(config.skillbank)
     try:

@@ -250,3 +250,22 @@ def test_a_trainer_command_without_resume_from_says_the_round_starts_again(
         messages = [record.user_message for record in instance.all_logs(again.run_id)]
         assert any("takes no {resume_from}, so it starts the round again from its beginning" in m for m in messages)
         assert _meta(again)["round_training"]["resumed_from"] == "none"
+
+
+def test_a_later_round_never_falls_back_to_the_first_rounds_curriculum(
+        tmp_path: Path, sandbox: Any, settings_writer: Any) -> None:
+    settings = _settings(tmp_path, sandbox, settings_writer)
+    location = build_definitions(settings)
+    [inputs] = [a for a in location.assets if isinstance(a, dg.AssetsDefinition)
+                and dg.AssetKey("round_inputs") in a.keys]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("training_rounds", [ROUND, "round-002"])
+        result = dg.materialize([inputs], partition_key="round-002", instance=instance,
+                                resources=location.resources, raise_on_error=False)
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure)
+        assert (f"round round-002: no curriculum — the previous round {ROUND!r} has no round_curriculum"
+                in str(failure.event_specific_data))
+        assert not (settings.runs_root / "rounds" / "round-002").exists()  # nothing written
+        # the first round takes training.initial_curriculum
+        assert dg.materialize([inputs], partition_key=ROUND, instance=instance, resources=location.resources).success
