@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testkit.trainingkit import load_model, load_tokenizer, train_config
+from testkit.trainingkit import load_model, load_tokenizer, smollm2_gguf, train_config
 
 from shopsimrl_core.training import SamplingSpec, TrainingSession
 from shopsimrl_core.training._chat_template import parse_assistant_text
@@ -193,3 +193,84 @@ def test_a_template_that_drops_earlier_reasoning_forks_a_sample_at_the_drift_poi
     assert [t for s in episode.samples for t in s.sampled_ids()] == first_out + second_out
     assert [s["turns"] for s in block["samples"]] == [s.turn_indices for s in episode.samples]
 
+
+
+def tiny_random_model(tokenizer: Any, **generation: Any) -> Any:
+    """A randomly initialised tiny Llama over SmolLM2's vocabulary (a spread-out distribution to sample from)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+    model = LlamaForCausalLM(config).eval()
+    for key, value in generation.items():
+        setattr(model.generation_config, key, value)
+    return model
+
+
+MESSAGES = [{"role": "system", "content": "Shop."}, {"role": "user", "content": "Find red shoes."}]
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search products",
+                                           "parameters": {"type": "object", "properties": {
+                                               "query": {"type": "string"}}, "required": ["query"]}}}]
+
+
+def generate(backend: Any, seed: int | None, **sampling: Any) -> Any:
+    return asyncio.run(backend.generate(MESSAGES, TOOLS, seed=seed, sampling=SamplingSpec(**sampling)))
+
+
+def test_sampling_is_seeded_untruncated_and_its_logprobs_are_the_plain_softmax() -> None:
+    import torch
+
+    tokenizer = load_tokenizer()
+    # the model's own config asks for top-k 5 and a repetition penalty: the backend turns both off
+    model = tiny_random_model(tokenizer, top_k=5, repetition_penalty=1.3)
+    backend = TransformersBackend(model, tokenizer, name="tiny")
+    body, tokens = generate(backend, 7, temperature=0.8, max_tokens=12)
+    again = generate(backend, 7, temperature=0.8, max_tokens=12)[1]
+    other = generate(backend, 8, temperature=0.8, max_tokens=12)[1]
+    assert tokens.output_ids == again.output_ids and tokens.output_logprobs == again.output_logprobs
+    assert other.output_ids != tokens.output_ids
+    assert tokens.finish_reason == "length" and len(tokens.output_ids) == 12
+    assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 12
+    # a forward pass over prompt + sampled ids gives the recorded logprobs (no top-k: transformers' default is 50,
+    # which a random model's flat distribution would show at once)
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens.prompt_ids + tokens.output_ids])).logits[0].float()
+    start = len(tokens.prompt_ids) - 1
+    forward = torch.log_softmax(logits[start:start + 12] / 0.8, dim=-1)
+    recomputed = [float(forward[i, t]) for i, t in enumerate(tokens.output_ids)]
+    assert max(abs(a - b) for a, b in zip(recomputed, tokens.output_logprobs)) < 1e-4
+    assert min(tokens.output_logprobs) < -5  # a flat distribution over 49152 tokens: top-5 would cap near -1.6
+
+
+def test_refusals_are_one_line() -> None:
+    from transformers import AutoTokenizer
+
+    from shopsimrl_core._errors import ConfigError
+    from shopsimrl_core.training import TokenMismatch
+
+    plain = load_tokenizer()
+    plain.chat_template = None
+    with pytest.raises(ConfigError) as no_template:
+        TransformersBackend(tiny_random_model(plain), plain)
+    gguf = smollm2_gguf()
+    own = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)  # SmolLM2's template: no tools
+    with pytest.raises(ConfigError) as no_tools:
+        TransformersBackend(tiny_random_model(own), own)
+    tokenizer = load_tokenizer()
+    backend = TransformersBackend(tiny_random_model(tokenizer), tokenizer, name="tiny")
+    with pytest.raises(ConfigError) as top_k:
+        generate(backend, 1, top_k=50)
+    with pytest.raises(ConfigError) as top_p:
+        generate(backend, 1, top_p=0.9)
+    # generation_config settings the backend does not neutralise and that reshape the distribution (here:
+    # suppressed tokens) are refused, not recorded; a repetition penalty is neutralised (test above: plain softmax)
+    suppressing = TransformersBackend(tiny_random_model(tokenizer, suppress_tokens=[5, 6]), tokenizer, name="sup")
+    with pytest.raises(TokenMismatch) as reshaped:
+        generate(suppressing, 1, max_tokens=4)
+    codes = [e.value.code for e in (no_template, no_tools, top_k, top_p, reshaped)]
+    assert codes == ["tokenizer-no-chat-template", "chat-template-no-tools", "exact-tokens-sampling",
+                     "exact-tokens-sampling", "exact-tokens-broken"]
+    assert all("\n" not in str(e.value) for e in (no_template, no_tools, top_k, top_p, reshaped))
