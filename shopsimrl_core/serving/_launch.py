@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,15 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shopsimrl_core._errors import ConfigError, ShopSimRLError
 from shopsimrl_core._hashing import write_json_atomic
 from shopsimrl_core.runs.config._config import EvalConfig
 from shopsimrl_core.runs.execution._evaluation_options import RunTerminated
 from shopsimrl_core.serving._devices import acquire_devices
-from shopsimrl_core.serving._pool import Pool, keeper_alive, pool_key
+from shopsimrl_core.serving._identity import Served, ServerStartError, load_adapter, served_for, unload_adapter
+from shopsimrl_core.serving._pool import Pool, keeper_alive
 from shopsimrl_core.serving._processes import group_alive, reap_orphans
-from shopsimrl_core.serving._templates import RUNTIME_LORA, RuntimeLora, fill_command, lora_rank_limit
-from shopsimrl_core.serving._weights import adapter_rank, server_reference, weights_identity
+from shopsimrl_core.serving._templates import fill_command
 
 __all__ = ["LaunchedServer", "ServerStartError", "launched_server", "server_state_dir", "SERVER_LOG_DIR"]
 
@@ -44,12 +42,6 @@ SERVER_LOG_DIR = "server-logs"
 
 _LOG_TAIL_LINES = 25
 _PORT_RETRIES = 3  # a free port found by binding port 0 can be taken before the server binds it
-
-
-class ServerStartError(ShopSimRLError):
-    """The launched server exited or was not ready within ``serve.start_timeout`` (the log's tail is in the message)."""
-
-    code = "server-start-failed"
 
 
 @dataclass(frozen=True)
@@ -142,129 +134,6 @@ def _terminate_raises() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-@dataclass(frozen=True)
-class _Served:
-    """What one run's launch serves: the base command's values, the pool key, the adapter to hot-load."""
-
-    values: dict[str, str]
-    key: str
-    base_name: str
-    """The name the server serves (the checkpoint's, or the base's when adapters are hot-loaded)."""
-    lora_name: str | None
-    """The name a hot-loaded adapter is loaded under (None: nothing is loaded at runtime)."""
-    request_name: str
-    """The model name the run's requests carry (``model.name``: the adapter's, or the served weights')."""
-    adapter: str
-    runtime: RuntimeLora | None
-    """``RUNTIME_LORA`` of the server when the adapter is hot-loaded."""
-    env: dict[str, str]
-
-
-def _served(config: EvalConfig) -> _Served:
-    serve = config.serve
-    assert serve is not None
-    name = config.model.name
-    adapter = server_reference(serve.adapter) if serve.adapter is not None else ""
-    runtime = RUNTIME_LORA.get(serve.server) if serve.adapter is not None and serve.command is None else None
-    base_name, lora_name = name, None
-    rank_limit = serve.max_lora_rank
-    if runtime is not None:
-        assert serve.adapter is not None
-        if rank_limit is None:
-            rank_limit = lora_rank_limit(adapter_rank(serve.adapter))
-        if serve.server == "sglang":
-            # SGLang requests an adapter as "<base>:<adapter>" (its OpenAI API's model field).
-            if ":" not in name:
-                raise ConfigError(
-                    f"model.name: {name!r}: SGLang requests an adapter as <base>:<adapter>; name the checkpoint's "
-                    "model like base:<checkpoint>",
-                    code="config-invalid",
-                )
-            base_name, lora_name = name.split(":", 1)
-        else:
-            base_name, lora_name = "base", name
-    values = {
-        "weights": server_reference(serve.weights),
-        "adapter": adapter,
-        "host": serve.host,
-        "served_model": base_name,
-        "python": serve.python or sys.executable,
-        "gpus_per_server": str(max(1, serve.gpus_per_server)),
-        # llama.cpp offloads no layer unless told: every layer when the server was given a device.
-        "gpu_layers": "-1" if serve.gpus and serve.gpus_per_server > 0 else "0",
-        "max_lora_rank": str(rank_limit or 16),
-    }
-    env = dict(serve.env)
-    if runtime is not None:
-        env.update(runtime.env)
-    argv = fill_command(
-        serve.server,
-        {**values, "port": "{port}"},
-        command=serve.command,
-        extra_args=serve.extra_args,
-        adapter=serve.adapter is not None and runtime is None,
-        runtime_lora=runtime is not None,
-    )
-    identity: dict[str, Any] = {
-        "server": serve.server,
-        "argv": argv,
-        "weights": weights_identity(serve.weights),
-        "env": env,
-        "gpus": list(serve.gpus),
-        "gpus_per_server": serve.gpus_per_server,
-    }
-    if serve.adapter is not None and runtime is None:
-        identity["adapter"] = weights_identity(serve.adapter, "serve.adapter")
-    return _Served(values, pool_key(identity), base_name, lora_name, name, adapter, runtime, env)
-
-
-def _root(base_url: str) -> str:
-    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
-
-
-def _post(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float) -> tuple[int, str]:
-    import httpx
-
-    try:
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
-            answer = client.post(url, json=body, headers=headers)
-            return answer.status_code, answer.text[:300]
-    except httpx.HTTPError as exc:
-        return 0, f"{type(exc).__name__}: {exc}"
-
-
-def _load_adapter(served: _Served, base_url: str, config: EvalConfig, say: Callable[[str], None]) -> None:
-    assert served.runtime is not None and served.lora_name is not None
-    serve = config.serve
-    assert serve is not None
-    headers = config.model.auth().headers(required=False)
-    url = _root(base_url) + served.runtime.load
-    body = {"lora_name": served.lora_name, "lora_path": served.adapter}
-    status, text = _post(url, body, headers, serve.start_timeout)
-    if status == 400 and "already" in text.lower():
-        # A run that died before unloading left it: load it afresh (the adapter's files may have changed).
-        _post(_root(base_url) + served.runtime.unload, {"lora_name": served.lora_name}, headers, 30.0)
-        status, text = _post(url, body, headers, serve.start_timeout)
-    if status != 200:
-        raise ServerStartError(
-            f"serve.adapter: the {serve.server} server at {base_url} refused to load adapter {served.adapter} as "
-            f"{served.lora_name!r} (HTTP {status}: {text}); check the adapter's base model and rank "
-            f"(limit {served.values['max_lora_rank']})"
-        )
-    say(f"loaded adapter {served.adapter} as {served.lora_name} (rank limit {served.values['max_lora_rank']})")
-
-
-def _unload_adapter(served: _Served, base_url: str, config: EvalConfig, say: Callable[[str], None]) -> None:
-    assert served.runtime is not None and served.lora_name is not None
-    headers = config.model.auth().headers(required=False)
-    unload = _root(base_url) + served.runtime.unload
-    status, text = _post(unload, {"lora_name": served.lora_name}, headers, 30.0)
-    if status == 200:
-        say(f"unloaded adapter {served.lora_name}")
-    else:
-        say(f"could not unload adapter {served.lora_name} (HTTP {status}: {text}); the server keeps it loaded")
-
-
 @contextmanager
 def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[LaunchedServer]:
     """Serve the checkpoint of *config* (its ``serve`` section) for the duration of the ``with`` block.
@@ -290,7 +159,7 @@ def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[
     """
     serve = config.serve
     assert serve is not None, "launched_server needs a config with a serve section"
-    served = _served(config)
+    served = served_for(config)
     state_dir = server_state_dir(config)
     state_dir.mkdir(parents=True, exist_ok=True)
     log_dir = config.run_dir / SERVER_LOG_DIR
@@ -305,7 +174,7 @@ def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[
                 use_fd = pool.use(served.key)
                 server = _running(pool, served, config, say) or _start(pool, served, config, state_dir, log_dir, say)
             if served.runtime is not None:
-                _load_adapter(served, server.base_url, config, say)
+                load_adapter(served, server.base_url, config, say)
                 loaded = True
                 # vLLM (and the sandbox) list a loaded adapter in /v1/models; SGLang's answer to the load is the check.
                 why = None if serve.server == "sglang" else _wait_ready(
@@ -316,7 +185,7 @@ def launched_server(config: EvalConfig, say: Callable[[str], None]) -> Iterator[
             yield server
         finally:
             if server is not None and loaded:
-                _unload_adapter(served, server.base_url, config, say)
+                unload_adapter(served, server.base_url, config, say)
             hold = _HOLDS[-1] if _HOLDS else None
             if use_fd is not None and server is not None and hold is not None and served.key not in hold.releases:
                 # Kept for the rest of the hold (the other suites of this Dagster run): a share stays taken.
@@ -379,11 +248,19 @@ def _gone(pool: Pool, key: str) -> str | None:
         return "the server's keeper ended (see the server log)"
     pgid = entry.get("pgid")
     if isinstance(pgid, int) and not group_alive(pgid):
+        # The keeper records the exit code as soon as it sees the exit: give it a moment to say which.
+        for _ in range(40):
+            time.sleep(0.05)
+            later = pool.entry(key)
+            if later is not None and later.get("state") == "exited":
+                return f"the server exited with code {later.get('exit_code')}"
+            if later is None or not keeper_alive(later):
+                break
         return "the server exited before it was ready"
     return None
 
 
-def _running(pool: Pool, served: _Served, config: EvalConfig, say: Callable[[str], None]) -> LaunchedServer | None:
+def _running(pool: Pool, served: Served, config: EvalConfig, say: Callable[[str], None]) -> LaunchedServer | None:
     """The pooled server of *served*'s identity when it runs and answers, else None (a stale one is stopped)."""
     serve = config.serve
     assert serve is not None
@@ -412,7 +289,7 @@ def _running(pool: Pool, served: _Served, config: EvalConfig, say: Callable[[str
 
 
 def _start(
-    pool: Pool, served: _Served, config: EvalConfig, state_dir: Path, log_dir: Path, say: Callable[[str], None]
+    pool: Pool, served: Served, config: EvalConfig, state_dir: Path, log_dir: Path, say: Callable[[str], None]
 ) -> LaunchedServer:
     serve = config.serve
     assert serve is not None
@@ -498,7 +375,7 @@ def _wait_entry(pool: Pool, key: str, keeper: Any, deadline: float) -> dict[str,
         time.sleep(0.02)
 
 
-def _leave(pool: Pool, served: _Served, server: LaunchedServer, config: EvalConfig, say: Callable[[str], None]) -> None:
+def _leave(pool: Pool, served: Served, server: LaunchedServer, config: EvalConfig, say: Callable[[str], None]) -> None:
     """After the run: stop the server when it is idle and ``idle_timeout`` is 0, else leave it to its keeper."""
     serve = config.serve
     assert serve is not None

@@ -18,7 +18,7 @@ from shopsim_sandbox.policy.adapter import write_adapter
 from shopsimrl_core import ConfigError, ShopSimRLError
 from shopsimrl_core.runs import build_plan, config_from_mapping, run_evaluation
 from shopsimrl_core.serving import acquire_devices, fill_command, group_alive, launched_server
-from shopsimrl_core.serving._launch import _served
+from shopsimrl_core.serving._identity import served_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = REPO_ROOT / "configs" / "demo" / "checkpoints" / "weights"
@@ -69,10 +69,11 @@ def test_runs_serving_the_same_weights_share_one_server_until_its_idle_timeout(t
         assert second.reused and second.pgid == first.pgid and second.base_url == first.base_url
     assert _starts(said) == 1 and any(line.startswith("reusing inference server") for line in said), said
     deadline = time.monotonic() + 60  # the keeper stops it 8 s after its last user left
-    while group_alive(first.pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    entries = tmp_path / "servers" / "pool"
+    while (group_alive(first.pgid) or list(entries.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the keeper removes its entry once the group is gone
     assert not group_alive(first.pgid)
-    assert not list((tmp_path / "servers" / "pool").glob("*.json"))
+    assert not list(entries.glob("*.json"))
 
 
 def test_concurrent_runs_of_one_identity_start_one_server(tmp_path: Path, sandbox: Any) -> None:
@@ -185,13 +186,13 @@ def test_defect_3_a_weights_path_that_does_not_exist_is_refused_before_any_launc
     assert not (tmp_path / "servers").exists() and not (tmp_path / "runs").exists()
     hub = _config(tmp_path, sandbox, serve={"weights": "hub:Qwen/Qwen3-4B"})
     assert build_plan(hub).semantic["model"]["served"]["weights"] == {"ref": "Qwen/Qwen3-4B", "content": None}
-    assert _served(hub).values["weights"] == "Qwen/Qwen3-4B"  # the server gets the id, without the marker
+    assert served_for(hub).values["weights"] == "Qwen/Qwen3-4B"  # the server gets the id, without the marker
 
 
 def test_defect_4_the_rank_limit_is_read_from_adapter_config(tmp_path: Path, sandbox: Any) -> None:
     adapter = _adapter(tmp_path, "rank-32", 0.1, rank=32)
     config = _config(tmp_path, sandbox, name="lora-32", serve={"server": "vllm", "adapter": str(adapter)})
-    served = _served(config)
+    served = served_for(config)
     argv = fill_command("vllm", {**served.values, "port": "1"}, runtime_lora=True)
     assert argv[argv.index("--max-lora-rank") + 1] == "32"
     assert served.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
@@ -227,7 +228,7 @@ def test_defect_8_sglang_serves_adapters_with_its_current_command_and_parser(tmp
     assert argv[:2] == ["sglang", "serve"] and argv[argv.index("--tool-call-parser") + 1] == "qwen"
     assert "--enable-lora" in argv and argv[argv.index("--max-lora-rank") + 1] == "16"
     adapter = str(_adapter(tmp_path, "sg", 0.1))
-    served = _served(_config(tmp_path, sandbox, name="base:sg-100", serve={"server": "sglang", "adapter": adapter}))
+    served = served_for(_config(tmp_path, sandbox, name="base:sg-100", serve={"server": "sglang", "adapter": adapter}))
     assert (served.base_name, served.lora_name, served.request_name) == ("base", "sg-100", "base:sg-100")
     with pytest.raises(ConfigError, match="SGLang requests an adapter as <base>:<adapter>"):
-        _served(_config(tmp_path, sandbox, name="sg-100", serve={"server": "sglang", "adapter": adapter}))
+        served_for(_config(tmp_path, sandbox, name="sg-100", serve={"server": "sglang", "adapter": adapter}))
