@@ -13,15 +13,14 @@ import shopsimrl_core as core
 from shopsimrl_core.documents import CheckpointComparison, EvalSummary, SuiteProgress
 from shopsimrl_core.documents._pipeline import PointComparison
 
+from ..charts import inline_chart, write_progress_chart
 from ..report import (
     comparison_point,
-    inline_chart,
     metadata_float,
     point_change,
     progress_points,
     progress_table,
     progress_verdict,
-    write_progress_chart,
 )
 from .optional import optional_asset
 from .resources import CheckpointRegistry, EvaluationSuites, RunStorage

@@ -14,15 +14,14 @@ import shopsimrl_core as core
 from shopsimrl_core.documents import EvalSummary
 from shopsimrl_core.documents._runs import SummaryBreakdowns
 
+from ..charts import inline_chart, write_category_chart
 from ..report import (
     category_table,
     design_text,
-    inline_chart,
     interval_note,
     mapping_table,
     metadata_float,
     rounded,
-    write_category_chart,
 )
 from .failures import as_failure
 from .partitions import checkpoints
