@@ -248,8 +248,10 @@ def _gone(pool: Pool, key: str) -> str | None:
         return "the server's keeper ended (see the server log)"
     pgid = entry.get("pgid")
     if isinstance(pgid, int) and not group_alive(pgid):
-        # The keeper records the exit code as soon as it sees the exit: give it a moment to say which.
-        for _ in range(40):
+        # The keeper records the exit code as soon as it sees the exit: wait while it lives (it says which, then
+        # ends; on a loaded machine that takes seconds), at most 30 s.
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
             time.sleep(0.05)
             later = pool.entry(key)
             if later is not None and later.get("state") == "exited":
