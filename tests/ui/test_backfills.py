@@ -58,7 +58,7 @@ def _assert_suite_ran(dagster_dev, suite: str, runs: list[dict]) -> None:
         assert meta["__run_id"] in {r["runId"] for r in runs}
         on_disk = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         assert meta["reward"] == on_disk["primary"]["reward_mean"]
-        assert meta["episodes"] == f"http://127.0.0.1:3300/run/{suite}/{key}"
+        assert meta["episodes"] == f"{dagster_dev.viewer_url}/run/{suite}/{key}"
 
 
 def test_backfills_evaluate_exactly_the_suite_they_name(dagster_dev) -> None:
