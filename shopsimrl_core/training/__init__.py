@@ -23,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "parse_assistant_text": "_chat_template",
     "VLLMChatBackend": "_backends",
     "SGLangGenerateBackend": "_backends",
+    "TransformersBackend": "_inprocess",
+    "CHATML_TOOLS_TEMPLATE": "_inprocess",
     "TokenRecordingModel": "_recorder",
     "TokenSample": "_samples",
     "build_samples": "_samples",
@@ -37,6 +39,8 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.training._backends import VLLMChatBackend as VLLMChatBackend
     from shopsimrl_core.training._chat_template import ChatTemplate as ChatTemplate
     from shopsimrl_core.training._chat_template import parse_assistant_text as parse_assistant_text
+    from shopsimrl_core.training._inprocess import CHATML_TOOLS_TEMPLATE as CHATML_TOOLS_TEMPLATE
+    from shopsimrl_core.training._inprocess import TransformersBackend as TransformersBackend
     from shopsimrl_core.training._recorder import TokenRecordingModel as TokenRecordingModel
     from shopsimrl_core.training._samples import TokenSample as TokenSample
     from shopsimrl_core.training._samples import build_samples as build_samples
