@@ -213,12 +213,9 @@ class _PolicyServer:
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list", "BadRequestError")
         digest = hashlib.sha256(raw).hexdigest()
-        fault = self.faults.decide("chat:" + digest)
-        delay = self.latency_ms + fault.delay_ms
-        if delay > 0:
-            await asyncio.sleep(delay / 1000.0)
-        if fault.status is not None:
-            return _error(fault.status, f"injected fault: HTTP {fault.status}", _FAULT_TYPES[fault.status])
+        fault, refused = await self._inject("chat:" + digest)
+        if refused is not None:
+            return refused
         completion = self._complete(body, digest, fault)
         response_id = "chatcmpl-" + digest[:32]
         if body.get("stream") is True:
@@ -254,6 +251,16 @@ class _PolicyServer:
                     for t, lp in zip(output_ids, tokens.token_logprobs(seed, output_ids))]}
         return JSONResponse(answer)
 
+    async def _inject(self, key: str) -> tuple[FaultDecision, Response | None]:
+        """The request's fault decision after its latency; the error answer when the fault is a status."""
+        fault = self.faults.decide(key)
+        delay = self.latency_ms + fault.delay_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        if fault.status is not None:
+            return fault, _error(fault.status, f"injected fault: HTTP {fault.status}", _FAULT_TYPES[fault.status])
+        return fault, None
+
     async def generate(self, request: Request) -> Response:
         """SGLang's native ``/generate`` over the sandbox vocabulary: ``input_ids`` in, sampled ids and logprobs out.
 
@@ -278,12 +285,9 @@ class _PolicyServer:
         if isinstance(params.get("temperature"), (int, float)):
             chat["temperature"] = params["temperature"]
         digest = hashlib.sha256(raw).hexdigest()
-        fault = self.faults.decide("generate:" + digest)
-        delay = self.latency_ms + fault.delay_ms
-        if delay > 0:
-            await asyncio.sleep(delay / 1000.0)
-        if fault.status is not None:
-            return _error(fault.status, f"injected fault: HTTP {fault.status}", _FAULT_TYPES[fault.status])
+        fault, refused = await self._inject("generate:" + digest)
+        if refused is not None:
+            return refused
         completion = self._complete(chat, digest, fault)
         content, calls = completion.cut or (completion.content, completion.tool_calls)
         output_ids = tokens.render_answer(content, completion.reasoning, calls,

@@ -6,12 +6,13 @@ the project's real configuration path (YAML file → load_pipeline_settings → 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from testkit.researchkit import AnalystServer
 
 from shopsimrl_dagster.defs.resources import resources_from_settings
 from shopsimrl_dagster.registry import Checkpoint, register_checkpoint
@@ -90,3 +91,13 @@ def settings_writer() -> Callable[..., Path]:
 def sandbox_resources(sandbox_settings: PipelineSettings) -> dict[str, Any]:
     """The live resources of the sandbox settings (what the code location would build)."""
     return resources_from_settings(sandbox_settings)
+
+
+@pytest.fixture(scope="module")
+def analyst(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnalystServer]:
+    """The deterministic sandbox analyst (no malformed answers), one per test module."""
+    server = AnalystServer(tmp_path_factory.mktemp("analyst"), seed=7, malformed_rate=0.0)
+    try:
+        yield server
+    finally:
+        server.stop()

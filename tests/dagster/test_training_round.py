@@ -12,7 +12,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,6 @@ from shopsimrl_dagster.settings import load_pipeline_settings
 pytestmark = pytest.mark.slow
 ROUND = "round-001"
 KEYS = ("round_inputs", "round_training", "round_triage", "round_online_analysis")
-
-
-@pytest.fixture(scope="module")
-def analyst(tmp_path_factory) -> Iterator[AnalystServer]:
-    server = AnalystServer(tmp_path_factory.mktemp("analyst"), seed=7, malformed_rate=0.0)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _settings(tmp_path: Path, sandbox: Any, settings_writer: Any, analyst_url: str | None = None, **training: Any):

@@ -12,7 +12,6 @@ installed) shows the round's lineage and the trainer's reported metrics.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 ROUND = "round-001"
 REPOSITORY = {"repositoryLocationName": "shopsimrl", "repositoryName": "__repository__"}
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def analyst(tmp_path_factory) -> Iterator[AnalystServer]:
-    server = AnalystServer(tmp_path_factory.mktemp("analyst"), seed=7, malformed_rate=0.0)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _gate_inputs(folder: Path, sandbox: Any) -> tuple[Path, Path]:
