@@ -17,15 +17,9 @@ from typing import Any
 
 import dagster as dg
 
+from shopsimrl_core.documents._comparisons import CheckpointComparison, ComparisonMetric
 from shopsimrl_core.documents._pipeline import MetricChange, PointComparison, ProgressPoint
-from shopsimrl_core.documents._runs import (
-    CategoryRow,
-    CheckpointComparison,
-    ComparisonMetric,
-    EvalSummary,
-    SamplingDesign,
-    SummaryInterval,
-)
+from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign, SummaryInterval
 
 __all__ = [
     "rounded",

@@ -18,7 +18,7 @@ from typing import Any
 from shopsimrl_core._hashing import json_list
 from shopsimrl_core.analysis._power import detection_z, minimum_detectable_difference, variance_components
 from shopsimrl_core.analysis._stats import paired_bootstrap_ci
-from shopsimrl_core.documents._runs import CHECKPOINT_COMPARISON_SCHEMA, CheckpointComparison
+from shopsimrl_core.documents._comparisons import CHECKPOINT_COMPARISON_SCHEMA, CheckpointComparison
 
 __all__ = ["CHECKPOINT_COMPARISON_SCHEMA", "compare_runs", "paired_task_means"]
 

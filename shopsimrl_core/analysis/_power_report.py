@@ -32,7 +32,7 @@ _RUN_COLUMNS = {"reward": "reward", "r_success": "r_success"}
 
 def _from_comparison(path: Path, metric: str) -> tuple[VarianceComponents, float]:
     """Variance components of the paired differences and the observed task-level variance."""
-    from shopsimrl_core.documents._runs import CheckpointComparison
+    from shopsimrl_core.documents._comparisons import CheckpointComparison
 
     document = CheckpointComparison.parse(json.loads(path.read_text(encoding="utf-8")), str(path))
     metrics = document.paired.metrics

@@ -21,8 +21,9 @@ from typing import Any
 
 from shopsimrl_core.analysis._comparison import compare_runs
 from shopsimrl_core.documents._base import DocumentError
+from shopsimrl_core.documents._comparisons import CheckpointComparison
 from shopsimrl_core.documents._pipeline import BestCheckpoint, CheckpointHeadline, PairedDifference
-from shopsimrl_core.documents._runs import CheckpointComparison, EvalSummary
+from shopsimrl_core.documents._runs import EvalSummary
 
 __all__ = ["CheckpointRun", "Regression", "best_checkpoint", "regression_against_best"]
 

@@ -29,7 +29,7 @@ from shopsimrl_core._errors import ShopSimRLError
 from shopsimrl_core.cli._arg_types import non_negative, positive, probability
 from shopsimrl_core.cli._inputs import require_run_dir
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "console_main", "main"]
 
 # "module:function" entries that register extra sub-commands (see module docstring).
 _EXTENSIONS: list[str] = [
@@ -173,6 +173,14 @@ def _single_blas_thread() -> None:
     # algebra (importing numpy and one bootstrap: 0.28 s CPU, 0.14 s with one thread). Set before
     # numpy is imported; a value the user exported wins. Only this CLI process.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def _no_pydantic_plugin_scan() -> None:
+    # pydantic looks for plugins (entry points of the "pydantic" group) when it builds its first
+    # validator: importlib.metadata and the email package, then one file read per installed
+    # distribution — ~10 ms of a one-episode run's CPU in a Dagster-sized environment (211 of them),
+    # for plugins no verb uses. A value the user exported wins (docs/config.md#environment-variables).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
 def _notices_only(event: Any) -> None:
@@ -386,5 +394,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143 if terminated else 130
 
 
+def console_main() -> NoReturn:
+    """The ``shopsimrl`` program: :func:`main` on ``sys.argv`` in a process of its own, then exit with its code.
+
+    The collector is set for a process that runs one command (``cli/_collector.py``); calling
+    :func:`main` in a long-lived process leaves the collector alone.
+    """
+    from shopsimrl_core.cli._collector import one_shot_process_collector
+
+    _no_pydantic_plugin_scan()
+    with one_shot_process_collector():
+        code = main()
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

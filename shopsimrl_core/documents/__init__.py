@@ -18,7 +18,7 @@ _EXPORTS: dict[str, str] = {
     "Document": "_base",
     "DocumentError": "_base",
     "CategoryRow": "_runs",
-    "CheckpointComparison": "_runs",
+    "CheckpointComparison": "_comparisons",
     "EvalSummary": "_runs",
     "RunManifest": "_runs",
     "StepRecord": "_runs",
@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real types, import stays lazy
     from shopsimrl_core.documents._base import Document as Document
     from shopsimrl_core.documents._base import DocumentError as DocumentError
+    from shopsimrl_core.documents._comparisons import CheckpointComparison as CheckpointComparison
     from shopsimrl_core.documents._ledgers import InvocationRecord as InvocationRecord
     from shopsimrl_core.documents._ledgers import TestAccessEntry as TestAccessEntry
     from shopsimrl_core.documents._pipeline import BestCheckpoint as BestCheckpoint
@@ -61,7 +62,6 @@ if TYPE_CHECKING:  # the same names, imported for type checkers: mypy sees real 
     from shopsimrl_core.documents._registry import DOCUMENTS as DOCUMENTS
     from shopsimrl_core.documents._registry import document_for as document_for
     from shopsimrl_core.documents._runs import CategoryRow as CategoryRow
-    from shopsimrl_core.documents._runs import CheckpointComparison as CheckpointComparison
     from shopsimrl_core.documents._runs import EvalSummary as EvalSummary
     from shopsimrl_core.documents._runs import RunManifest as RunManifest
     from shopsimrl_core.documents._runs import StepRecord as StepRecord

@@ -6,7 +6,7 @@
 - ``<runs_root>/skills/<checkpoint_id>/snapshot.json``: which frozen SkillBank the checkpoint's gate selected.
 - ``<checkpoint_registry>/<checkpoint_id>.json``: one registered checkpoint.
 
-``<suite>/<checkpoint_id>/comparison_vs_<baseline>.json`` is a ``CheckpointComparison`` (``_runs.py``).
+``<suite>/<checkpoint_id>/comparison_vs_<baseline>.json`` is a ``CheckpointComparison`` (``_comparisons.py``).
 
 The job plan carried its ``schema_version`` from the start. The other files gained it as an additive
 first key: every reader here accepts a file written before (the field defaults to the one version),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shopsimrl_core.documents._base import Document, DocumentError
+from shopsimrl_core.documents._comparisons import CheckpointComparison
 from shopsimrl_core.documents._ledgers import InvocationRecord, TestAccessEntry
 from shopsimrl_core.documents._pipeline import (
     BestCheckpoint,
@@ -13,7 +14,7 @@ from shopsimrl_core.documents._pipeline import (
     SuiteJobPlan,
     SuiteProgress,
 )
-from shopsimrl_core.documents._runs import CheckpointComparison, EvalSummary, RunManifest, TraceRecord
+from shopsimrl_core.documents._runs import EvalSummary, RunManifest, TraceRecord
 from shopsimrl_core.documents._skills import (
     CandidatePool,
     ChunkContributions,

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl_core._hashing import json_object
-from shopsimrl_core.documents._runs import CategoryRow, CheckpointComparison, EvalSummary, SamplingDesign
+from shopsimrl_core.documents._comparisons import CheckpointComparison
+from shopsimrl_core.documents._runs import CategoryRow, EvalSummary, SamplingDesign
 from shopsimrl_core.documents._skills import ChunkContributions, OnlineContribution, OnlineContributions, SkillBank
 from shopsimrl_core.viewer._paths import RunRef
 

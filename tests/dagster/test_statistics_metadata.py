@@ -218,7 +218,7 @@ def test_repeats_show_task_cluster_intervals_and_comparisons_their_detectable_di
     ],
 )
 def test_comparison_verdict_says_what_the_core_decided(values: dict[str, Any], expected: str) -> None:
-    from shopsimrl_core.documents._runs import ComparisonMetric
+    from shopsimrl_core.documents._comparisons import ComparisonMetric
     from shopsimrl_dagster.report import comparison_verdict
 
     metric = ComparisonMetric.model_validate({"a_mean": 0.5, "b_mean": 0.5, "pairs": 2, **values})

@@ -8,9 +8,9 @@ The section models themselves live in ``runs/config/_config_sections.py``; this 
 loading, path resolution and error rendering.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: pydantic would then evaluate each field's annotation
+# string when the class is created, about 45 % of importing these models (docs/benchmarks.md, start-up).
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,8 @@ def _render(label: str, error: ErrorDetails) -> str:
     loc = tuple(error.get("loc", ()))
     dotted = ".".join(str(part) for part in loc) or "(top level)"
     if error["type"] == "extra_forbidden":
+        import difflib  # only for a config with an unknown key: not on every run's start-up
+
         _, valid = _valid_keys(loc)
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""

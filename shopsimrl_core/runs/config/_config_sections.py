@@ -7,10 +7,11 @@ each field's docstring is the key's documentation. ``sanitize_name`` is the §3.
 Loading YAML, resolving paths and rendering errors live in ``runs/config/_config.py``.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: pydantic would then evaluate each field's annotation
+# string when the class is created, about 45 % of importing these models (docs/benchmarks.md, start-up).
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -114,7 +115,7 @@ class ExperimentConfig(_Section):
     """
 
     @model_validator(mode="after")
-    def _attempts_agree(self) -> ExperimentConfig:
+    def _attempts_agree(self) -> Self:
         if self.max_attempts is not None and "max_episode_retries" in self.model_fields_set:
             if self.max_attempts != self.max_episode_retries + 1:
                 raise ValueError(
@@ -162,7 +163,7 @@ class EnvironmentConfig(_HttpServers):
 
     After that the lease is left to the next start (it stays in the lease journal).
     """
-    base_urls: list[str] = Field(default_factory=list)
+    base_urls: list[str] = []  # a copy per instance (pydantic); no factory: inspecting `list` costs 1.4 ms
     """Additive: several servers used as one (``runs/leases/_env_pool.py``); empty = ``base_url`` alone.
 
     Execution setting.
@@ -215,7 +216,7 @@ class PromptConfig(_Section):
     """Additive: JSON file of protocol texts (tool descriptions, repair text…), e.g. the legacy ones."""
 
     @model_validator(mode="after")
-    def _one_source(self) -> PromptConfig:
+    def _one_source(self) -> Self:
         if self.system_prompt is not None and self.system_prompt_file is not None:
             raise ValueError("set at most one of prompt.system_prompt and prompt.system_prompt_file")
         return self
@@ -265,7 +266,7 @@ class ModelConfig(_HttpServers):
     """Send per-call seeds reduced mod 2**32 (servers taking 32-bit seeds only). Semantic when true (§22.10)."""
     tool_choice: str = Field(default="auto", min_length=1)
     """``tool_choice`` sent with the tools."""
-    extra_body: dict[str, Any] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = {}
     """Extra request keys merged at the top level of the body (e.g. ``enable_thinking``)."""
     max_connections: int = Field(default=64, ge=1)
     """Additive: pooled HTTP connections to the endpoint. Execution setting."""
@@ -274,7 +275,7 @@ class ModelConfig(_HttpServers):
 
     ``auto``: aiohttp, or httpx when an ALL_PROXY/SOCKS proxy applies; ``aiohttp``; ``httpx``.
     """
-    base_urls: list[str] = Field(default_factory=list)
+    base_urls: list[str] = []
     """Additive: replicas of the endpoint (``adapters/_replicas.py``); empty = ``base_url`` alone. Execution setting."""
     replica_max_in_flight: int | None = Field(default=None, ge=1)
     """Additive: requests in flight per replica; null = no cap. Execution setting."""
@@ -316,15 +317,15 @@ class ServeConfig(_Section):
     command: list[str] | None = Field(default=None, min_length=1)
     """The command template instead of the shipped one: each item may hold ``{weights}``, ``{adapter}``,
     ``{host}``, ``{port}``, ``{served_model}``, ``{python}`` and ``{gpus_per_server}``."""
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = []
     """Arguments appended to the filled template (e.g. ``--max-model-len 8192``)."""
     python: str | None = Field(default=None, min_length=1)
     """The interpreter ``{python}`` stands for; null = this process's own (``sys.executable``)."""
     host: str = Field(default="127.0.0.1", min_length=1)
     """Address the server binds and the run connects to."""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = {}
     """Extra environment variables of the server process (never secrets: those come from the environment)."""
-    gpus: list[str] = Field(default_factory=list)
+    gpus: list[str] = []
     """The GPU pool: device ids handed out as ``CUDA_VISIBLE_DEVICES``; empty = no GPUs (CPU servers)."""
     gpus_per_server: int = Field(default=1, ge=0)
     """Devices one server gets from ``gpus`` (0 for CPU servers; ignored when ``gpus`` is empty)."""
@@ -348,7 +349,7 @@ class ServeConfig(_Section):
     ``adapter_config.json`` and round up to a limit servers accept (16, 32, 64, ...)."""
 
     @model_validator(mode="after")
-    def _command_for_custom(self) -> ServeConfig:
+    def _command_for_custom(self) -> Self:
         if self.server == "custom" and self.command is None:
             raise ValueError("serve.server custom needs serve.command (a list of arguments with {port} etc.)")
         for key in ("weights", "adapter"):
