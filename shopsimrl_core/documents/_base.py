@@ -9,8 +9,7 @@ Numbers are ``Number`` (an int or a float, never a bool) so that ``1`` stays ``1
 stays ``1.0`` through a round trip.
 """
 
-# No ``from __future__ import annotations`` here: pydantic would then evaluate each field's annotation
-# string when the class is created, about 45 % of importing these models (docs/benchmarks.md, start-up).
+from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self, TypeVar

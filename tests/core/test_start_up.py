@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from testkit.core_runkit import small_splits, write_config
+from testkit.core_runkit import modules_after_one_episode_run, small_splits, write_config
 
 REPO = Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
 
 
 @pytest.mark.parametrize("exported", [None, ""])
@@ -62,19 +61,8 @@ def test_a_one_episode_run_leaves_comparison_models_and_difflib_unimported(tmp_p
     # Each pydantic model class costs ~0.2 ms to create; the comparison documents live in their own
     # module so that a run, which never writes one, does not build them (nor difflib, which only a
     # config with an unknown key needs).
-    small_splits(tmp_path)
-    path = write_config(tmp_path, overrides={"tasks": {"sample_size": 1}})
-    probe = (
-        "import sys\n"
-        "from testkit.core_runkit import FakeEpisodes\n"
-        "from shopsimrl_core import load_config, run_evaluation\n"
-        f"result = run_evaluation(load_config({str(path)!r}), episode_fn=FakeEpisodes())\n"
-        "assert result.counts.completed == 1, result.counts\n"
-        "print(sorted(n for n in ('shopsimrl_core.documents._comparisons', 'difflib') if n in sys.modules))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=TESTS, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    modules = modules_after_one_episode_run(tmp_path)
+    assert sorted(n for n in ("shopsimrl_core.documents._comparisons", "difflib") if n in modules) == []
 
 
 def test_an_unknown_config_key_still_gets_its_did_you_mean(tmp_path: Path) -> None:

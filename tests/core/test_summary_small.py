@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from testkit.core_runkit import FakeEpisodes, record, small_splits, step, write_config
+from testkit.core_runkit import FakeEpisodes, modules_after_one_episode_run, record, small_splits, step, write_config
 
 from shopsimrl_core import RunStore, load_config, run_evaluation
 from shopsimrl_core.analysis import _summary
@@ -144,17 +142,5 @@ def test_the_small_catch_up_writes_the_log_the_full_one_writes(tmp_path: Path, m
 
 
 def test_a_one_episode_run_does_not_import_polars(tmp_path: Path) -> None:
-    small_splits(tmp_path)
-    path = write_config(tmp_path, overrides={"tasks": {"sample_size": 1}})
-    probe = (
-        "import sys\n"
-        "from testkit.core_runkit import FakeEpisodes\n"
-        "from shopsimrl_core import load_config, run_evaluation\n"
-        f"result = run_evaluation(load_config({str(path)!r}), episode_fn=FakeEpisodes())\n"
-        "assert result.counts.completed == 1, result.counts\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('polars', 'numpy', 'pyarrow')))\n"
-    )
-    tests = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tests, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    modules = modules_after_one_episode_run(tmp_path)
+    assert sorted(name for name in modules if name.split(".")[0] in ("polars", "numpy", "pyarrow")) == []

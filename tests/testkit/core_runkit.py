@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +168,27 @@ def small_splits(folder: Path) -> Path:
             "legacy_range": {"start": 100, "end": 103, "persona": None},
         },
     )
+
+
+def modules_after_one_episode_run(folder: Path) -> set[str]:
+    """The modules a fresh interpreter has imported after a one-episode run (``FakeEpisodes``) under *folder*.
+
+    Start-up cost is measured by the benchmarks; tests pin what a run leaves unimported with this.
+    """
+    small_splits(folder)
+    path = write_config(folder, overrides={"tasks": {"sample_size": 1}})
+    probe = (
+        "import json, sys\n"
+        "from testkit.core_runkit import FakeEpisodes\n"
+        "from shopsimrl_core import load_config, run_evaluation\n"
+        f"result = run_evaluation(load_config({str(path)!r}), episode_fn=FakeEpisodes())\n"
+        "assert result.counts.completed == 1, result.counts\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tests, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 class FakeEpisodes:
